@@ -1,0 +1,401 @@
+// turbo3 / turbo2 reference implementation. The format is described in ggml-turbo.h.
+//
+// Every floating-point step of the encoder has a fixed order (butterflies, pairwise trees),
+// so that the CUDA encoder (cuda/turbo-quant.cuh) can reproduce the bytes exactly.
+// Contraction of a*b+c into an FMA would change rounding, hence the pragmas below.
+#if defined(__GNUC__) && !defined(__clang__)
+#pragma GCC optimize("fp-contract=off")
+#endif
+#if defined(__clang__)
+#pragma STDC FP_CONTRACT OFF
+#endif
+
+#include "ggml-turbo.h"
+#include "turbo-codebooks.h"
+
+#include <math.h>
+#include <string.h>
+
+#define TURBO_INV_SQRT_QK 0.0883883476483184405f  // 1/sqrt(128)
+#define TURBO_FP16_MAX    65504.0f
+#define TURBO_BIG_AMAX    4294967296.0f           // 2^32: above this the squares could overflow
+
+// ---- FP16 ---------------------------------------------------------------------------------
+
+uint16_t turbo_fp32_to_fp16(float f) {
+    uint32_t x;
+    memcpy(&x, &f, sizeof(x));
+    const uint16_t sign = (uint16_t) ((x >> 16) & 0x8000u);
+    const uint32_t ax   = x & 0x7fffffffu;
+    if (ax >= 0x7f800000u) {                    // Inf or NaN
+        return sign | (ax > 0x7f800000u ? 0x7e00u : 0x7c00u);
+    }
+    if (ax >= 0x477ff000u) {                    // >= 65520 rounds to Inf
+        return sign | 0x7c00u;
+    }
+    if (ax < 0x38800000u) {                     // below 2^-14: a subnormal half (or zero)
+        float af;
+        memcpy(&af, &ax, sizeof(af));
+        // af * 2^24 is exact; nearbyintf rounds half to even in the default rounding mode
+        return sign | (uint16_t) nearbyintf(af * 16777216.0f);
+    }
+    uint32_t h = ((((ax >> 23) - 127u + 15u) << 10) | ((ax & 0x7fffffu) >> 13));
+    const uint32_t rem = ax & 0x1fffu;
+    if (rem > 0x1000u || (rem == 0x1000u && (h & 1u))) {
+        h++;                                    // a carry into the exponent is the right result
+    }
+    return sign | (uint16_t) h;
+}
+
+float turbo_fp16_to_fp32(uint16_t h) {
+    const uint32_t sign = (uint32_t) (h & 0x8000u) << 16;
+    const uint32_t e    = (h >> 10) & 0x1fu;
+    const uint32_t m    = h & 0x3ffu;
+    uint32_t bits;
+    if (e == 0) {
+        const float v = (float) m * (1.0f / 16777216.0f);
+        return sign ? -v : v;
+    }
+    if (e == 31) {
+        bits = sign | 0x7f800000u | (m << 13);
+    } else {
+        bits = sign | ((e - 15u + 127u) << 23) | (m << 13);
+    }
+    float f;
+    memcpy(&f, &bits, sizeof(f));
+    return f;
+}
+
+// ---- rotation -----------------------------------------------------------------------------
+
+static inline bool turbo_sign_negative(int i) {
+    return (turbo_sign_words[i >> 5] >> (i & 31)) & 1u;
+}
+
+// In-place unnormalized Walsh-Hadamard transform of 128 values, butterflies of span 1, 2, ..., 64.
+static void turbo_fwht(float * t) {
+    for (int h = 1; h < QK_TURBO; h *= 2) {
+        for (int i = 0; i < QK_TURBO; i += 2*h) {
+            for (int j = i; j < i + h; j++) {
+                const float a = t[j];
+                const float b = t[j + h];
+                t[j]     = a + b;
+                t[j + h] = a - b;
+            }
+        }
+    }
+}
+
+static inline void turbo_apply_signs(float * t) {
+    for (int i = 0; i < QK_TURBO; i++) {
+        if (turbo_sign_negative(i)) {
+            t[i] = -t[i];
+        }
+    }
+}
+
+void turbo_rotate_forward(float * x, int64_t k) {
+    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
+        float * t = x + ib*QK_TURBO;
+        turbo_apply_signs(t);
+        turbo_fwht(t);
+        for (int i = 0; i < QK_TURBO; i++) {
+            t[i] = t[i] * TURBO_INV_SQRT_QK;
+        }
+    }
+}
+
+void turbo_rotate_inverse(float * x, int64_t k) {
+    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
+        float * t = x + ib*QK_TURBO;
+        turbo_fwht(t);
+        for (int i = 0; i < QK_TURBO; i++) {
+            t[i] = t[i] * TURBO_INV_SQRT_QK;
+        }
+        turbo_apply_signs(t);
+    }
+}
+
+// ---- encoder ------------------------------------------------------------------------------
+
+// Sum of 128 values by a pairwise tree: s[i] += s[i + h] for h = 64, 32, ..., 1. Destroys s.
+static float turbo_tree_sum(float * s) {
+    for (int h = QK_TURBO/2; h >= 1; h /= 2) {
+        for (int i = 0; i < h; i++) {
+            s[i] = s[i] + s[i + h];
+        }
+    }
+    return s[0];
+}
+
+// Encodes one block into codes[128] and returns the FP16 norm (0 for the zero block).
+static uint16_t turbo_encode_block(const float * x, uint8_t * codes,
+                                   const float * centroids, const float * boundaries, int n_boundaries) {
+    float t[QK_TURBO];
+    float amax = 0.0f;
+    for (int i = 0; i < QK_TURBO; i++) {
+        if (!isfinite(x[i])) {
+            memset(codes, 0, QK_TURBO);
+            return 0;
+        }
+        const float a = fabsf(x[i]);
+        amax = a > amax ? a : amax;
+    }
+    if (amax == 0.0f) {
+        memset(codes, 0, QK_TURBO);
+        return 0;
+    }
+    // Huge blocks are scaled by a power of two (exact) so that the sum of squares stays finite.
+    int e = 0;
+    float pre = 1.0f;
+    if (amax > TURBO_BIG_AMAX) {
+        frexpf(amax, &e);
+        pre = ldexpf(1.0f, -e);
+    }
+    for (int i = 0; i < QK_TURBO; i++) {
+        t[i] = x[i] * pre;
+    }
+    turbo_apply_signs(t);
+    turbo_fwht(t);
+
+    float s[QK_TURBO];
+    for (int i = 0; i < QK_TURBO; i++) {
+        s[i] = t[i] * t[i];
+    }
+    const float len = sqrtf(turbo_tree_sum(s));   // |t| = sqrt(128) |x| (times pre)
+    if (!(len > 0.0f)) {                          // squares underflowed: below FP16 range anyway
+        memset(codes, 0, QK_TURBO);
+        return 0;
+    }
+    const float inv = 1.0f / len;
+    for (int i = 0; i < QK_TURBO; i++) {
+        const float y = t[i] * inv;
+        int c = 0;
+        for (int b = 0; b < n_boundaries; b++) {
+            c += y > boundaries[b];
+        }
+        codes[i] = (uint8_t) c;
+        s[i] = centroids[c] * centroids[c];
+    }
+    const float clen = sqrtf(turbo_tree_sum(s));  // |c|, never 0: no centroid is 0
+    float norm = (len * TURBO_INV_SQRT_QK) / clen;
+    if (e != 0) {
+        norm = ldexpf(norm, e);
+    }
+    if (!(norm <= TURBO_FP16_MAX)) {
+        norm = TURBO_FP16_MAX;                    // saturate: a norm is never Inf
+    }
+    const uint16_t h = turbo_fp32_to_fp16(norm);
+    if (h == 0) {
+        memset(codes, 0, QK_TURBO);
+    }
+    return h;
+}
+
+static void turbo_pack_low(const uint8_t * codes, uint8_t * qs) {
+    for (int j = 0; j < QK_TURBO/4; j++) {
+        qs[j] = (uint8_t) ((codes[4*j] & 3) | ((codes[4*j+1] & 3) << 2) |
+                           ((codes[4*j+2] & 3) << 4) | ((codes[4*j+3] & 3) << 6));
+    }
+}
+
+static void turbo_pack_high(const uint8_t * codes, uint8_t * qh) {
+    for (int j = 0; j < QK_TURBO/8; j++) {
+        uint8_t b = 0;
+        for (int l = 0; l < 8; l++) {
+            b |= (uint8_t) (((codes[8*j + l] >> 2) & 1) << l);
+        }
+        qh[j] = b;
+    }
+}
+
+void quantize_row_turbo3_ref(const float * x, block_turbo3 * y, int64_t k) {
+    uint8_t codes[QK_TURBO];
+    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
+        y[ib].norm = turbo_encode_block(x + ib*QK_TURBO, codes, turbo3_centroids, turbo3_boundaries, 7);
+        turbo_pack_low(codes, y[ib].qs);
+        turbo_pack_high(codes, y[ib].qs + QK_TURBO/4);
+    }
+}
+
+void quantize_row_turbo2_ref(const float * x, block_turbo2 * y, int64_t k) {
+    uint8_t codes[QK_TURBO];
+    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
+        y[ib].norm = turbo_encode_block(x + ib*QK_TURBO, codes, turbo2_centroids, turbo2_boundaries, 3);
+        turbo_pack_low(codes, y[ib].qs);
+    }
+}
+
+size_t quantize_turbo3(const float * src, void * dst, int64_t nrows, int64_t n_per_row, const float * imatrix) {
+    (void) imatrix;
+    const size_t row_size = (size_t) (n_per_row / QK_TURBO) * sizeof(block_turbo3);
+    for (int64_t r = 0; r < nrows; r++) {
+        quantize_row_turbo3_ref(src + r*n_per_row, (block_turbo3 *) ((char *) dst + r*row_size), n_per_row);
+    }
+    return (size_t) nrows * row_size;
+}
+
+size_t quantize_turbo2(const float * src, void * dst, int64_t nrows, int64_t n_per_row, const float * imatrix) {
+    (void) imatrix;
+    const size_t row_size = (size_t) (n_per_row / QK_TURBO) * sizeof(block_turbo2);
+    for (int64_t r = 0; r < nrows; r++) {
+        quantize_row_turbo2_ref(src + r*n_per_row, (block_turbo2 * ) ((char *) dst + r*row_size), n_per_row);
+    }
+    return (size_t) nrows * row_size;
+}
+
+// ---- decoder ------------------------------------------------------------------------------
+
+static inline int turbo3_code(const uint8_t * qs, int i) {
+    return ((qs[i >> 2] >> (2*(i & 3))) & 3) | (((qs[QK_TURBO/4 + (i >> 3)] >> (i & 7)) & 1) << 2);
+}
+
+static inline int turbo2_code(const uint8_t * qs, int i) {
+    return (qs[i >> 2] >> (2*(i & 3))) & 3;
+}
+
+// c vector of one block in the rotated domain, times scale.
+static void turbo3_centroid_vector(const block_turbo3 * b, float scale, float * v) {
+    for (int i = 0; i < QK_TURBO; i++) {
+        v[i] = turbo3_centroids[turbo3_code(b->qs, i)] * scale;
+    }
+}
+
+static void turbo2_centroid_vector(const block_turbo2 * b, float scale, float * v) {
+    for (int i = 0; i < QK_TURBO; i++) {
+        v[i] = turbo2_centroids[turbo2_code(b->qs, i)] * scale;
+    }
+}
+
+static void turbo_unrotate_block(float * t) {
+    turbo_fwht(t);
+    turbo_apply_signs(t);
+}
+
+void dequantize_row_turbo3(const block_turbo3 * x, float * y, int64_t k) {
+    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
+        const float scale = turbo_fp16_to_fp32(x[ib].norm) * TURBO_INV_SQRT_QK;
+        turbo3_centroid_vector(&x[ib], scale, y + ib*QK_TURBO);
+        turbo_unrotate_block(y + ib*QK_TURBO);
+    }
+}
+
+void dequantize_row_turbo2(const block_turbo2 * x, float * y, int64_t k) {
+    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
+        const float scale = turbo_fp16_to_fp32(x[ib].norm) * TURBO_INV_SQRT_QK;
+        turbo2_centroid_vector(&x[ib], scale, y + ib*QK_TURBO);
+        turbo_unrotate_block(y + ib*QK_TURBO);
+    }
+}
+
+// ---- validation ---------------------------------------------------------------------------
+
+static bool turbo_validate_norms(const uint8_t * p, size_t nbytes, size_t block_size) {
+    if (nbytes % block_size != 0) {
+        return false;
+    }
+    for (size_t off = 0; off < nbytes; off += block_size) {
+        uint16_t h;
+        memcpy(&h, p + off, sizeof(h));
+        if ((h & 0x7c00u) == 0x7c00u || (h & 0x8000u)) {   // Inf/NaN or negative
+            return false;
+        }
+    }
+    return true;
+}
+
+bool turbo3_validate_row(const void * data, size_t nbytes) {
+    return turbo_validate_norms((const uint8_t *) data, nbytes, sizeof(block_turbo3));
+}
+
+bool turbo2_validate_row(const void * data, size_t nbytes) {
+    return turbo_validate_norms((const uint8_t *) data, nbytes, sizeof(block_turbo2));
+}
+
+// ---- fused attention helpers --------------------------------------------------------------
+
+float turbo3_dot_rotated(const block_turbo3 * x, const float * q_rot, int64_t k) {
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
+        const uint8_t * ql = x[ib].qs;
+        const uint8_t * qh = x[ib].qs + QK_TURBO/4;
+        const float   * q  = q_rot + ib*QK_TURBO;
+        float acc = 0.0f;
+        for (int j = 0; j < QK_TURBO/8; j++) {
+            const unsigned lo = (unsigned) ql[2*j] | ((unsigned) ql[2*j + 1] << 8);
+            const unsigned hi = qh[j];
+            for (int l = 0; l < 8; l++) {
+                acc += q[8*j + l] * turbo3_centroids[((lo >> (2*l)) & 3) | (((hi >> l) & 1) << 2)];
+            }
+        }
+        sum += acc * turbo_fp16_to_fp32(x[ib].norm);
+    }
+    return sum;
+}
+
+float turbo2_dot_rotated(const block_turbo2 * x, const float * q_rot, int64_t k) {
+    float sum = 0.0f;
+    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
+        const uint8_t * ql = x[ib].qs;
+        const float   * q  = q_rot + ib*QK_TURBO;
+        float acc = 0.0f;
+        for (int j = 0; j < QK_TURBO/4; j++) {
+            const unsigned lo = ql[j];
+            for (int l = 0; l < 4; l++) {
+                acc += q[4*j + l] * turbo2_centroids[(lo >> (2*l)) & 3];
+            }
+        }
+        sum += acc * turbo_fp16_to_fp32(x[ib].norm);
+    }
+    return sum;
+}
+
+void turbo3_mad_rotated(const block_turbo3 * x, float * acc_rot, float w, int64_t k) {
+    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
+        const float s = w * turbo_fp16_to_fp32(x[ib].norm);
+        float * a = acc_rot + ib*QK_TURBO;
+        for (int i = 0; i < QK_TURBO; i++) {
+            a[i] += s * turbo3_centroids[turbo3_code(x[ib].qs, i)];
+        }
+    }
+}
+
+void turbo2_mad_rotated(const block_turbo2 * x, float * acc_rot, float w, int64_t k) {
+    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
+        const float s = w * turbo_fp16_to_fp32(x[ib].norm);
+        float * a = acc_rot + ib*QK_TURBO;
+        for (int i = 0; i < QK_TURBO; i++) {
+            a[i] += s * turbo2_centroids[turbo2_code(x[ib].qs, i)];
+        }
+    }
+}
+
+// ---- ggml vec_dot -------------------------------------------------------------------------
+
+void ggml_vec_dot_turbo3_f32(int n, float * s, size_t bs, const void * vx, size_t bx, const void * vy, size_t by, int nrc) {
+    (void) bs; (void) bx; (void) by; (void) nrc;
+    const block_turbo3 * x = (const block_turbo3 *) vx;
+    const float * y = (const float *) vy;
+    float q[QK_TURBO];
+    float sum = 0.0f;
+    for (int ib = 0; ib < n / QK_TURBO; ib++) {
+        memcpy(q, y + ib*QK_TURBO, sizeof(q));
+        turbo_rotate_forward(q, QK_TURBO);
+        sum += turbo3_dot_rotated(x + ib, q, QK_TURBO);
+    }
+    *s = sum;
+}
+
+void ggml_vec_dot_turbo2_f32(int n, float * s, size_t bs, const void * vx, size_t bx, const void * vy, size_t by, int nrc) {
+    (void) bs; (void) bx; (void) by; (void) nrc;
+    const block_turbo2 * x = (const block_turbo2 *) vx;
+    const float * y = (const float *) vy;
+    float q[QK_TURBO];
+    float sum = 0.0f;
+    for (int ib = 0; ib < n / QK_TURBO; ib++) {
+        memcpy(q, y + ib*QK_TURBO, sizeof(q));
+        turbo_rotate_forward(q, QK_TURBO);
+        sum += turbo2_dot_rotated(x + ib, q, QK_TURBO);
+    }
+    *s = sum;
+}

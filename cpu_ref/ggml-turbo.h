@@ -1,0 +1,90 @@
+// turbo3 / turbo2: TurboQuant KV-cache block formats (random rotation + Lloyd-Max codebook).
+//
+// One block holds QK_TURBO = 128 values x:
+//   t    = FWHT(D x)                 D: fixed random signs (turbo-codebooks.h), FWHT unnormalized
+//   y    = t / |t|                   a point on the unit sphere, coordinates ~ Beta-like, var 1/128
+//   code = nearest Lloyd-Max centroid index of each y_i (3 or 2 bits)
+//   norm = |x| / |c|                 c = chosen centroids; so that the decoded block keeps |x|
+// Decode: x^ = norm * D H c, with H the orthonormal Walsh-Hadamard matrix (H = H^T = H^-1).
+//
+// Code layout in qs (same for both types, turbo2 has no high plane):
+//   low plane  qs[0..31]:  bits 0-1 of code i at byte i/4, shift 2*(i%4)
+//   high plane qs[32..47]: bit 2 of code i at byte 32 + i/8, bit i%8          (turbo3 only)
+//
+// A block whose input has a NaN or Inf, or whose norm is zero or underflows, is the zero block
+// (norm 0, codes 0) and decodes to exact zeros. A norm above the FP16 range is saturated to 65504.
+//
+// This file is plain C with no ggml dependency: it is compiled into ggml (copied into
+// ggml/src by turbo-llama prepare) and into the Python extension.
+#pragma once
+
+#include <stddef.h>
+#include <stdint.h>
+#include <stdbool.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define QK_TURBO 128
+#define TURBO3_QS_BYTES (QK_TURBO * 3 / 8)
+#define TURBO2_QS_BYTES (QK_TURBO * 2 / 8)
+
+// The norm is an IEEE binary16 bit pattern (same representation as ggml_half).
+typedef struct {
+    uint16_t norm;
+    uint8_t  qs[TURBO3_QS_BYTES];
+} block_turbo3;
+
+typedef struct {
+    uint16_t norm;
+    uint8_t  qs[TURBO2_QS_BYTES];
+} block_turbo2;
+
+#if defined(__cplusplus)
+static_assert(sizeof(block_turbo3) == 50, "wrong turbo3 block size");
+static_assert(sizeof(block_turbo2) == 34, "wrong turbo2 block size");
+#else
+_Static_assert(sizeof(block_turbo3) == 50, "wrong turbo3 block size");
+_Static_assert(sizeof(block_turbo2) == 34, "wrong turbo2 block size");
+#endif
+
+// IEEE binary16 <-> binary32, round to nearest even (bit-identical to CUDA's __float2half_rn).
+uint16_t turbo_fp32_to_fp16(float f);
+float    turbo_fp16_to_fp32(uint16_t h);
+
+// Rotation of k values (k a multiple of QK_TURBO), block by block, in place.
+// forward: x <- H D x (orthonormal H); inverse: x <- D H x.
+void turbo_rotate_forward(float * x, int64_t k);
+void turbo_rotate_inverse(float * x, int64_t k);
+
+// ggml-style row functions (k a multiple of QK_TURBO).
+void quantize_row_turbo3_ref(const float * x, block_turbo3 * y, int64_t k);
+void quantize_row_turbo2_ref(const float * x, block_turbo2 * y, int64_t k);
+void dequantize_row_turbo3(const block_turbo3 * x, float * y, int64_t k);
+void dequantize_row_turbo2(const block_turbo2 * x, float * y, int64_t k);
+
+// ggml_quantize_chunk entry points (the importance matrix is unused: no calibration).
+size_t quantize_turbo3(const float * src, void * dst, int64_t nrows, int64_t n_per_row, const float * imatrix);
+size_t quantize_turbo2(const float * src, void * dst, int64_t nrows, int64_t n_per_row, const float * imatrix);
+
+// Row validation for ggml_validate_row_data: every norm finite and non-negative.
+bool turbo3_validate_row(const void * data, size_t nbytes);
+bool turbo2_validate_row(const void * data, size_t nbytes);
+
+// Fused attention helpers, all in the rotated domain (no inverse transform per block):
+//   q_rot = H D q  (turbo_rotate_forward on a copy of q, once per query)
+//   dot:  sum over blocks of norm_b * <q_rot_b, c_b>           (= <q, x^>)
+//   mad:  acc_rot_b += w * norm_b * c_b                         (turbo_rotate_inverse(acc) at the end)
+float turbo3_dot_rotated(const block_turbo3 * x, const float * q_rot, int64_t k);
+float turbo2_dot_rotated(const block_turbo2 * x, const float * q_rot, int64_t k);
+void  turbo3_mad_rotated(const block_turbo3 * x, float * acc_rot, float w, int64_t k);
+void  turbo2_mad_rotated(const block_turbo2 * x, float * acc_rot, float w, int64_t k);
+
+// ggml vec_dot signature: s = <x (turbo row), y (f32 row)>; rotates y internally.
+void ggml_vec_dot_turbo3_f32(int n, float * s, size_t bs, const void * vx, size_t bx, const void * vy, size_t by, int nrc);
+void ggml_vec_dot_turbo2_f32(int n, float * s, size_t bs, const void * vx, size_t bx, const void * vy, size_t by, int nrc);
+
+#ifdef __cplusplus
+}
+#endif

@@ -1,0 +1,145 @@
+// NumPy face of the cpu_ref/ turbo quantizer: the same C code that turbo-llama compiles into ggml.
+#include <pybind11/numpy.h>
+#include <pybind11/pybind11.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+extern "C" {
+#include "ggml-turbo.h"
+}
+
+namespace py = pybind11;
+
+namespace {
+
+struct TurboType {
+    const char * name;
+    int64_t      type_size;
+    void (*quantize)(const float *, void *, int64_t);
+    void (*dequantize)(const void *, float *, int64_t);
+};
+
+void q3(const float * x, void * y, int64_t k) { quantize_row_turbo3_ref(x, (block_turbo3 *) y, k); }
+void q2(const float * x, void * y, int64_t k) { quantize_row_turbo2_ref(x, (block_turbo2 *) y, k); }
+void d3(const void * x, float * y, int64_t k) { dequantize_row_turbo3((const block_turbo3 *) x, y, k); }
+void d2(const void * x, float * y, int64_t k) { dequantize_row_turbo2((const block_turbo2 *) x, y, k); }
+
+const TurboType kTypes[] = {
+    {"turbo3", (int64_t) sizeof(block_turbo3), q3, d3},
+    {"turbo2", (int64_t) sizeof(block_turbo2), q2, d2},
+};
+
+const TurboType & lookup(const std::string & name) {
+    for (const auto & t : kTypes) {
+        if (name == t.name) {
+            return t;
+        }
+    }
+    throw py::value_error("unknown turbo type '" + name + "': expected 'turbo3' or 'turbo2'");
+}
+
+// The array must already be an ndarray of the right dtype: no silent casts from other dtypes.
+py::array require(const py::handle & obj, const py::dtype & want, const char * what, const char * fn) {
+    if (!py::isinstance<py::array>(obj)) {
+        throw py::type_error(std::string(fn) + ": expected a numpy.ndarray of " + what +
+                             ", got " + std::string(py::str(obj.get_type().attr("__name__"))));
+    }
+    py::array a = py::reinterpret_borrow<py::array>(obj);
+    if (!a.dtype().is(want)) {
+        throw py::type_error(std::string(fn) + ": expected dtype " + what + ", got " +
+                             std::string(py::str(a.dtype())));
+    }
+    if (a.ndim() < 1) {
+        throw py::value_error(std::string(fn) + ": expected at least one dimension, got a 0-d array");
+    }
+    // non-contiguous input is copied (documented): the C loops read rows in place
+    return py::array::ensure(a, py::array::c_style | py::array::forcecast);
+}
+
+std::vector<py::ssize_t> shape_of(const py::array & a) {
+    return std::vector<py::ssize_t>(a.shape(), a.shape() + a.ndim());
+}
+
+py::array quantize(const py::handle & obj, const std::string & type) {
+    const TurboType & t = lookup(type);
+    py::array x = require(obj, py::dtype::of<float>(), "float32", "quantize");
+    auto shape = shape_of(x);
+    const int64_t n = shape.back();
+    if (n <= 0 || n % QK_TURBO != 0) {
+        throw py::value_error("quantize: the last dimension must be a positive multiple of " +
+                              std::to_string(QK_TURBO) + ", got " + std::to_string(n));
+    }
+    const int64_t total = (int64_t) x.size();
+    shape.back() = (py::ssize_t) (n / QK_TURBO * t.type_size);
+    py::array_t<uint8_t> out(shape);
+    const float * src = static_cast<const float *>(x.data());
+    uint8_t * dst = out.mutable_data();
+    {
+        py::gil_scoped_release release;
+        t.quantize(src, dst, total);
+    }
+    return std::move(out);
+}
+
+py::array dequantize(const py::handle & obj, const std::string & type) {
+    const TurboType & t = lookup(type);
+    py::array q = require(obj, py::dtype::of<uint8_t>(), "uint8", "dequantize");
+    auto shape = shape_of(q);
+    const int64_t nbytes = shape.back();
+    if (nbytes <= 0 || nbytes % t.type_size != 0) {
+        throw py::value_error("dequantize: the last dimension (" + std::to_string(nbytes) +
+                              " bytes) is not a positive multiple of the " + type + " block size (" +
+                              std::to_string(t.type_size) + " bytes)");
+    }
+    const int64_t total_bytes = (int64_t) q.size();
+    shape.back() = (py::ssize_t) (nbytes / t.type_size * QK_TURBO);
+    py::array_t<float> out(shape);
+    const uint8_t * src = static_cast<const uint8_t *>(q.data());
+    float * dst = out.mutable_data();
+    {
+        py::gil_scoped_release release;
+        t.dequantize(src, dst, total_bytes / t.type_size * QK_TURBO);
+    }
+    return std::move(out);
+}
+
+py::array rotate(const py::handle & obj, bool inverse) {
+    py::array x = require(obj, py::dtype::of<float>(), "float32", "rotate");
+    const int64_t n = x.shape(x.ndim() - 1);
+    if (n <= 0 || n % QK_TURBO != 0) {
+        throw py::value_error("rotate: the last dimension must be a positive multiple of " +
+                              std::to_string(QK_TURBO) + ", got " + std::to_string(n));
+    }
+    py::array_t<float> out(shape_of(x));
+    std::memcpy(out.mutable_data(), x.data(), (size_t) x.size() * sizeof(float));
+    float * p = out.mutable_data();
+    const int64_t total = (int64_t) x.size();
+    {
+        py::gil_scoped_release release;
+        if (inverse) {
+            turbo_rotate_inverse(p, total);
+        } else {
+            turbo_rotate_forward(p, total);
+        }
+    }
+    return std::move(out);
+}
+
+}  // namespace
+
+PYBIND11_MODULE(_turbo, m) {
+    m.doc() = "turbo3/turbo2 KV-cache quantizer (cpu_ref/ggml-turbo.c)";
+    m.attr("BLOCK_SIZE") = QK_TURBO;
+    m.attr("TYPE_SIZES") = py::dict(py::arg("turbo3") = sizeof(block_turbo3), py::arg("turbo2") = sizeof(block_turbo2));
+    m.def("quantize", &quantize, py::arg("x"), py::arg("type"),
+          "Quantize float32 (..., n), n a multiple of 128, to uint8 (..., n/128*type_size).\n"
+          "Non-contiguous input is copied first.");
+    m.def("dequantize", &dequantize, py::arg("q"), py::arg("type"),
+          "Inverse of quantize: uint8 (..., nbytes) to float32 (..., nbytes/type_size*128).");
+    m.def("rotate", [](const py::handle & x) { return rotate(x, false); }, py::arg("x"),
+          "The encoder's rotation H*D (orthonormal) applied to each 128-block of the last axis.");
+    m.def("unrotate", [](const py::handle & x) { return rotate(x, true); }, py::arg("x"),
+          "The inverse rotation D*H.");
+}
