@@ -12,7 +12,7 @@
 //   high plane qs[32..47]: bit 2 of code i at byte 32 + i/8, bit i%8          (turbo3 only)
 //
 // A block whose input has a NaN or Inf, or whose norm is zero or underflows, is the zero block
-// (norm 0, codes 0) and decodes to exact zeros. A norm above the FP16 range is saturated to 65504.
+// (norm 0, codes 0) and decodes to exact zeros. A stored norm above the FP16 range saturates at 65504.
 //
 // This file is plain C with no ggml dependency: it is compiled into ggml (copied into
 // ggml/src by turbo-llama prepare) and into the Python extension.
