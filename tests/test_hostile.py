@@ -1,0 +1,49 @@
+"""Hostile input to the quantizer: random bytes, NaN/Inf/huge floats, under sanitizers."""
+import shutil
+import subprocess
+from pathlib import Path
+
+import numpy as np
+import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
+
+import turbo_llama as tl
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+@settings(max_examples=300, deadline=None)
+@given(t=st.sampled_from(["turbo3", "turbo2"]), nblocks=st.integers(1, 6), data=st.data())
+def test_dequantize_random_bytes_never_crashes(t, nblocks, data):
+    size = tl.TYPES[t]["type_size"] * nblocks
+    raw = data.draw(st.binary(min_size=size, max_size=size))
+    y = tl.dequantize(np.frombuffer(raw, np.uint8).copy(), t)
+    assert y.shape == (nblocks * 128,)
+    # any finite stored norm decodes to finite values; Inf/NaN norms can only come from foreign bytes
+    norms = np.frombuffer(raw, np.uint8).reshape(nblocks, -1)[:, :2].copy().view(np.float16).ravel()
+    finite = np.isfinite(norms)
+    assert np.all(np.isfinite(y.reshape(nblocks, 128)[finite]))
+
+
+@settings(max_examples=200, deadline=None)
+@given(t=st.sampled_from(["turbo3", "turbo2"]),
+       values=st.lists(st.floats(width=32, allow_nan=True, allow_infinity=True), min_size=128, max_size=128))
+def test_quantize_any_floats_gives_finite_decodes(t, values):
+    x = np.array(values, np.float32)
+    y = tl.dequantize(tl.quantize(x, t), t)
+    assert np.all(np.isfinite(y))
+    if not np.all(np.isfinite(x)):
+        assert np.all(y == 0)
+
+
+def test_c_reference_under_address_sanitizer(tmp_path):
+    cc = shutil.which("gcc") or shutil.which("cc")
+    assert cc, "a C compiler is needed (the package build needs one too)"
+    exe = tmp_path / "sanitize_turbo"
+    subprocess.run([cc, "-O1", "-g", "-fsanitize=address,undefined", "-fno-sanitize-recover=all",
+                    "-fno-omit-frame-pointer", f"-I{ROOT / 'cpu_ref'}", str(ROOT / "tests/c/sanitize_turbo.c"),
+                    str(ROOT / "cpu_ref/ggml-turbo.c"), "-lm", "-o", str(exe)], check=True)
+    out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stdout + out.stderr
+    assert "sanitize_turbo: ok" in out.stdout
