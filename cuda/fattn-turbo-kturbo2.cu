@@ -1,0 +1,4 @@
+// turbo-llama: fused turbo flash-attention decode kernels with K type turbo2 (see fattn-turbo.cuh).
+#include "fattn-turbo.cuh"
+
+template void ggml_cuda_turbo_fattn_launch<GGML_TYPE_TURBO2>(cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);

@@ -1,0 +1,130 @@
+// turbo-llama: host side of the fused turbo flash-attention decode (kernels in fattn-turbo.cuh).
+#include "fattn-turbo.cuh"
+
+#include <cmath>
+
+bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst) {
+    const ggml_tensor * Q    = dst->src[0];
+    const ggml_tensor * K    = dst->src[1];
+    const ggml_tensor * V    = dst->src[2];
+    const ggml_tensor * mask = dst->src[3];
+    const ggml_tensor * sinks = dst->src[4];
+    const bool K_turbo = ggml_cuda_is_turbo_type(K->type);
+    const bool V_turbo = ggml_cuda_is_turbo_type(V->type);
+    if (!K_turbo && !V_turbo) {
+        return false;
+    }
+    if (!ggml_cuda_turbo_fattn_k_type(K->type) || !ggml_cuda_turbo_fattn_k_type(V->type)) {
+        return false;
+    }
+    if (!V_turbo && !K_turbo) {
+        return false;
+    }
+    if (K->ne[0] != V->ne[0] || Q->ne[0] != K->ne[0] || (K->ne[0] != 128 && K->ne[0] != 256)) {
+        return false;
+    }
+    if (Q->type != GGML_TYPE_F32 || dst->type != GGML_TYPE_F32) {
+        return false;
+    }
+    if (K->nb[0] != ggml_type_size(K->type) || V->nb[0] != ggml_type_size(V->type)) {
+        return false;
+    }
+    if (mask && (mask->type != GGML_TYPE_F16 || mask->ne[2] != 1)) {
+        return false;
+    }
+    if (sinks && sinks->type != GGML_TYPE_F32) {
+        return false;
+    }
+    if (Q->ne[2] % K->ne[2] != 0 || K->ne[2] != V->ne[2]) {
+        return false;
+    }
+    return true;
+}
+
+template <int D, bool V_turbo, int NCOLS>
+static void turbo_fattn_combine_launch(cudaStream_t stream, const float * part_acc, const float2 * part_meta, const float * sinks,
+        float * dst, int n_split, int nrg, int gqa, int n_q, int n_head, int n_head_kv, int ne3) {
+    const dim3 grid(NCOLS, n_head_kv*nrg, ne3);
+    k_turbo_fattn_combine<D, V_turbo, NCOLS><<<grid, D, 0, stream>>>(part_acc, part_meta, sinks, dst, n_split, nrg, gqa, n_q, n_head);
+}
+
+void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    ggml_cuda_turbo_check_tables();
+    const ggml_tensor * Q     = dst->src[0];
+    const ggml_tensor * K     = dst->src[1];
+    const ggml_tensor * V     = dst->src[2];
+    const ggml_tensor * mask  = dst->src[3];
+    const ggml_tensor * sinks = dst->src[4];
+    GGML_ASSERT(ggml_cuda_turbo_fattn_pair_supported(dst));
+
+    float scale = 1.0f, max_bias = 0.0f, logit_softcap = 0.0f;
+    memcpy(&scale,         (const float *) dst->op_params + 0, sizeof(float));
+    memcpy(&max_bias,      (const float *) dst->op_params + 1, sizeof(float));
+    memcpy(&logit_softcap, (const float *) dst->op_params + 2, sizeof(float));
+
+    const int D         = (int) Q->ne[0];
+    const int n_q       = (int) Q->ne[1];
+    const int n_head    = (int) Q->ne[2];
+    const int ne3       = (int) Q->ne[3];
+    const int n_head_kv = (int) K->ne[2];
+    const int gqa       = n_head / n_head_kv;
+    const int n_kv      = (int) K->ne[1];
+
+    const int R     = gqa*n_q;
+    const int ncols = R <= 4 ? 4 : 8;
+    const int nrg   = (R + ncols - 1) / ncols;
+
+    const int id  = ggml_cuda_get_device();
+    const int nsm = ggml_cuda_info().devices[id].nsm;
+    const int n_tiles = (n_kv + TURBO_FA_TILE - 1) / TURBO_FA_TILE;
+    const int blocks_base = nrg*n_head_kv*ne3;
+    const int target = 4*nsm;
+    int n_split = std::max(1, std::min(std::max(n_tiles, 1), (target + blocks_base - 1) / blocks_base));
+    const int tps = std::max(1, (n_tiles + n_split - 1) / n_split);
+    n_split = std::max(1, (n_tiles + tps - 1) / tps);
+
+    ggml_cuda_pool & pool = ctx.pool();
+    cudaStream_t stream = ctx.stream();
+    const size_t n_slots = (size_t) ne3*n_head_kv*nrg*n_split*ncols;
+    ggml_cuda_pool_alloc<float>  part_acc(pool, n_slots*D);
+    ggml_cuda_pool_alloc<float2> part_meta(pool, n_slots);
+
+    const uint32_t n_head_log2 = 1u << (uint32_t) floorf(log2f((float) n_head));
+    turbo_fa_params p;
+    p.Q = (const char *) Q->data; p.K = (const char *) K->data; p.V = (const char *) V->data;
+    p.mask = mask ? (const char *) mask->data : nullptr;
+    p.part_acc = part_acc.ptr; p.part_meta = part_meta.ptr;
+    p.scale = scale; p.logit_softcap = logit_softcap; p.max_bias = max_bias;
+    p.m0 = powf(2.0f, -(max_bias       ) / n_head_log2);
+    p.m1 = powf(2.0f, -(max_bias / 2.0f) / n_head_log2);
+    p.n_head_log2 = n_head_log2;
+    p.n_q = n_q; p.n_head = n_head; p.gqa = gqa; p.n_kv = n_kv;
+    p.ne13 = (int) K->ne[3]; p.ne23 = (int) V->ne[3]; p.ne33 = mask ? (int) mask->ne[3] : 1;
+    p.nb01 = Q->nb[1]; p.nb02 = Q->nb[2]; p.nb03 = Q->nb[3];
+    p.nb11 = K->nb[1]; p.nb12 = K->nb[2]; p.nb13 = K->nb[3];
+    p.nb21 = V->nb[1]; p.nb22 = V->nb[2]; p.nb23 = V->nb[3];
+    p.nb31 = mask ? mask->nb[1] : 0; p.nb33 = mask ? mask->nb[3] : 0;
+    p.nrg = nrg; p.n_split = n_split; p.tiles_per_split = tps;
+
+    const dim3 grid(n_split, n_head_kv*nrg, ne3);
+    switch (K->type) {
+        case GGML_TYPE_F16:    ggml_cuda_turbo_fattn_launch<GGML_TYPE_F16>   (stream, D, V->type, ncols, p, grid); break;
+        case GGML_TYPE_Q8_0:   ggml_cuda_turbo_fattn_launch<GGML_TYPE_Q8_0>  (stream, D, V->type, ncols, p, grid); break;
+        case GGML_TYPE_TURBO3: ggml_cuda_turbo_fattn_launch<GGML_TYPE_TURBO3>(stream, D, V->type, ncols, p, grid); break;
+        case GGML_TYPE_TURBO2: ggml_cuda_turbo_fattn_launch<GGML_TYPE_TURBO2>(stream, D, V->type, ncols, p, grid); break;
+        default: GGML_ABORT("turbo flash attention: unsupported K type %s", ggml_type_name(K->type));
+    }
+    CUDA_CHECK(cudaGetLastError());
+
+    const bool V_turbo = ggml_cuda_is_turbo_type(V->type);
+    const float * sinks_d = sinks ? (const float *) sinks->data : nullptr;
+    float * dst_d = (float *) dst->data;
+#define TURBO_COMBINE(DD, VT, NC) \
+    if (D == DD && V_turbo == VT && ncols == NC) { \
+        turbo_fattn_combine_launch<DD, VT, NC>(stream, part_acc.ptr, part_meta.ptr, sinks_d, dst_d, n_split, nrg, gqa, n_q, n_head, n_head_kv, ne3); \
+    }
+    TURBO_COMBINE(128, true, 4) TURBO_COMBINE(128, true, 8) TURBO_COMBINE(128, false, 4) TURBO_COMBINE(128, false, 8)
+    TURBO_COMBINE(256, true, 4) TURBO_COMBINE(256, true, 8) TURBO_COMBINE(256, false, 4) TURBO_COMBINE(256, false, 8)
+#undef TURBO_COMBINE
+    CUDA_CHECK(cudaGetLastError());
+}

@@ -1,0 +1,455 @@
+// turbo-llama: flash-attention decode with turbo K and/or V, in the rotated domain (DESIGN.md §2, §6).
+//
+// One CUDA block = one KV head x up to NCOLS query rows (all heads of the GQA group, times the batch's
+// tokens) x one split of the KV sequence, walked in tiles of 128 keys with an online softmax.
+//   - q is rotated once per block (H D q / sqrt(128), times the softmax scale) when K is turbo;
+//   - K·q: 3/2-bit code -> centroid from a shared 8-entry table, one norm multiply per 128-block;
+//   - V: sum_j p_j norm_j c_j accumulated in the rotated domain; the combine kernel merges the
+//     splits and applies D H / sqrt(128) once per output row.
+// Turbo K/V tiles are staged through shared memory by coalesced 16-bit loads (the blocks are 50/34
+// bytes, 2-byte aligned); f16 and q8_0 K/V rows are read from global memory directly.
+#pragma once
+
+#include "turbo-common.cuh"
+#include "turbo.cuh"
+
+#define TURBO_FA_THREADS 128
+#define TURBO_FA_TILE    128
+
+template <ggml_type type> struct turbo_fa_stage;
+template <> struct turbo_fa_stage<GGML_TYPE_TURBO3> { static constexpr int qsw = 12; static constexpr int bs = 50; static constexpr int bits = 3; };
+template <> struct turbo_fa_stage<GGML_TYPE_TURBO2> { static constexpr int qsw = 8;  static constexpr int bs = 34; static constexpr int bits = 2; };
+template <> struct turbo_fa_stage<GGML_TYPE_F16>    { static constexpr int qsw = 0;  static constexpr int bs = 0;  static constexpr int bits = 0; };
+template <> struct turbo_fa_stage<GGML_TYPE_Q8_0>   { static constexpr int qsw = 0;  static constexpr int bs = 0;  static constexpr int bits = 0; };
+
+struct turbo_fa_params {
+    const char * Q; const char * K; const char * V; const char * mask;
+    float * part_acc; float2 * part_meta;
+    float scale; float logit_softcap; float max_bias; float m0; float m1; uint32_t n_head_log2;
+    int n_q; int n_head; int gqa; int n_kv; int ne13; int ne23; int ne33;
+    int64_t nb01, nb02, nb03, nb11, nb12, nb13, nb21, nb22, nb23, nb31, nb33;
+    int nrg; int n_split; int tiles_per_split;
+};
+
+static __device__ __forceinline__ float turbo_alibi_slope(const float max_bias, const uint32_t h, const uint32_t n_head_log2, const float m0, const float m1) {
+    if (max_bias <= 0.0f) {
+        return 1.0f;
+    }
+    const float base = h < n_head_log2 ? m0 : m1;
+    const int   exph = h < n_head_log2 ? h + 1 : 2*(h - n_head_log2) + 1;
+    return powf(base, exph);
+}
+
+// stage NB 128-blocks of TILE keys of a turbo K or V into shared memory: words (qs) and norms
+template <ggml_type type, int NB>
+static __device__ __forceinline__ void turbo_fa_stage_tile(const char * base, const int64_t nb1, const int k0, const int n_kv,
+        uint32_t * words, float * norms) {
+    constexpr int QSW = turbo_fa_stage<type>::qsw;
+    constexpr int BS  = turbo_fa_stage<type>::bs;
+    constexpr int STRIDE = QSW*NB + 1;
+    const int tid = threadIdx.x;
+    for (int it = tid; it < TURBO_FA_TILE*NB*QSW; it += TURBO_FA_THREADS) {
+        const int w  = it % QSW;
+        const int kb = it / QSW;
+        const int b  = kb % NB;
+        const int kk = kb / NB;
+        uint32_t val = 0;
+        if (k0 + kk < n_kv) {
+            const uint16_t * p = (const uint16_t *) (base + (int64_t) (k0 + kk)*nb1 + b*BS + 2 + 4*w);
+            val = (uint32_t) p[0] | ((uint32_t) p[1] << 16);
+        }
+        words[kk*STRIDE + b*QSW + w] = val;
+    }
+    for (int it = tid; it < TURBO_FA_TILE*NB; it += TURBO_FA_THREADS) {
+        const int b  = it % NB;
+        const int kk = it / NB;
+        float n = 0.0f;
+        if (k0 + kk < n_kv) {
+            n = __half2float(*(const half *) (base + (int64_t) (k0 + kk)*nb1 + b*BS));
+        }
+        norms[kk*NB + b] = n;
+    }
+}
+
+template <int bits>
+static __device__ __forceinline__ int turbo_fa_code(const uint32_t * w, const int i) {
+    int c = (w[i >> 4] >> ((i & 15)*2)) & 3;
+    if (bits == 3) {
+        c |= ((w[8 + (i >> 5)] >> (i & 31)) & 1) << 2;
+    }
+    return c;
+}
+
+template <int D, ggml_type type_K, ggml_type type_V, int NCOLS>
+__launch_bounds__(TURBO_FA_THREADS)
+static __global__ void k_turbo_fattn(const turbo_fa_params p) {
+    constexpr int NB = D / QK_TURBO;
+    constexpr bool K_turbo = ggml_cuda_type_is_turbo(type_K);
+    constexpr bool V_turbo = ggml_cuda_type_is_turbo(type_V);
+    constexpr int KQSW = turbo_fa_stage<type_K>::qsw, VQSW = turbo_fa_stage<type_V>::qsw;
+    constexpr int KSTRIDE = KQSW*NB + 1, VSTRIDE = VQSW*NB + 1;
+    constexpr int KWORDS = K_turbo ? TURBO_FA_TILE*KSTRIDE : 1;
+    constexpr int VWORDS = V_turbo ? TURBO_FA_TILE*VSTRIDE : 1;
+    constexpr int KNORMS = K_turbo ? TURBO_FA_TILE*NB : 1;
+    constexpr int VNORMS = V_turbo ? TURBO_FA_TILE*NB : 1;
+
+    __shared__ float4   q_sh4[NCOLS*D/4];
+    __shared__ uint32_t kw_sh[KWORDS];
+    __shared__ uint32_t vw_sh[VWORDS];
+    __shared__ float    kn_sh[KNORMS];
+    __shared__ float    vn_sh[VNORMS];
+    __shared__ float4   P_sh4[TURBO_FA_TILE*NCOLS/4];
+    __shared__ float    M_sh[NCOLS], S_sh[NCOLS], A_sh[NCOLS], slope_sh[NCOLS];
+    __shared__ int      row_j_sh[NCOLS];
+    __shared__ float    ctabK[8], ctabV[8];
+
+    float * q_sh = (float *) q_sh4;
+    float * P_sh = (float *) P_sh4;
+
+    const int tid  = threadIdx.x;
+    const int lane = tid % WARP_SIZE;
+    const int warp = tid / WARP_SIZE;
+
+    const int split = blockIdx.x;
+    const int hk    = blockIdx.y / p.nrg;
+    const int rg    = blockIdx.y % p.nrg;
+    const int iq3   = blockIdx.z;
+    const int R     = p.gqa*p.n_q;
+
+    if (tid < 8) {
+        if (turbo_fa_stage<type_K>::bits == 3) ctabK[tid] = turbo_d_c3[tid];
+        if (turbo_fa_stage<type_K>::bits == 2) ctabK[tid] = turbo_d_c2[tid & 3];
+        if (turbo_fa_stage<type_V>::bits == 3) ctabV[tid] = turbo_d_c3[tid];
+        if (turbo_fa_stage<type_V>::bits == 2) ctabV[tid] = turbo_d_c2[tid & 3];
+    }
+    if (tid < NCOLS) {
+        const int rho = rg*NCOLS + tid;
+        const int j = rho < R ? rho / p.gqa : 0;
+        const int h = hk*p.gqa + (rho < R ? rho % p.gqa : 0);
+        row_j_sh[tid] = j;
+        slope_sh[tid] = turbo_alibi_slope(p.max_bias, h, p.n_head_log2, p.m0, p.m1);
+        M_sh[tid] = -INFINITY;
+        S_sh[tid] = 0.0f;
+    }
+    // load q rows (scaled; signs applied when K is turbo)
+    for (int it = tid; it < NCOLS*D; it += TURBO_FA_THREADS) {
+        const int r = it / D, d = it % D;
+        const int rho = rg*NCOLS + r;
+        float v = 0.0f;
+        if (rho < R) {
+            const int j = rho / p.gqa, h = hk*p.gqa + rho % p.gqa;
+            v = *(const float *) (p.Q + iq3*p.nb03 + h*p.nb02 + j*p.nb01 + d*sizeof(float));
+            v *= p.scale;
+            if (K_turbo && turbo_sign_neg(d % QK_TURBO)) {
+                v = -v;
+            }
+        }
+        q_sh[it] = v;
+    }
+    __syncthreads();
+    if (K_turbo) {
+        // FWHT of every 128-block of every row, then 1/sqrt(128)
+#pragma unroll
+        for (int h = 1; h < QK_TURBO; h *= 2) {
+            for (int it = tid; it < NCOLS*D/2; it += TURBO_FA_THREADS) {
+                const int blk = it / (QK_TURBO/2), pp = it % (QK_TURBO/2);
+                const int i = blk*QK_TURBO + (pp / h)*2*h + pp % h;
+                const float a = q_sh[i], b = q_sh[i + h];
+                q_sh[i] = a + b;
+                q_sh[i + h] = a - b;
+            }
+            __syncthreads();
+        }
+        for (int it = tid; it < NCOLS*D; it += TURBO_FA_THREADS) {
+            q_sh[it] *= TURBO_CUDA_INV_SQRT_QK;
+        }
+        __syncthreads();
+    }
+
+    const int64_t k_off = (int64_t) hk*p.nb12 + (int64_t) (iq3 % p.ne13)*p.nb13;
+    const int64_t v_off = (int64_t) hk*p.nb22 + (int64_t) (iq3 % p.ne23)*p.nb23;
+    const char * Kb = p.K + k_off;
+    const char * Vb = p.V + v_off;
+    const half * maskb = p.mask ? (const half *) (p.mask + (int64_t) (iq3 % p.ne33)*p.nb33) : nullptr;
+
+    float acc[NB][NCOLS];
+#pragma unroll
+    for (int b = 0; b < NB; ++b)
+#pragma unroll
+        for (int r = 0; r < NCOLS; ++r) acc[b][r] = 0.0f;
+
+    const int n_tiles = (p.n_kv + TURBO_FA_TILE - 1) / TURBO_FA_TILE;
+    const int t_begin = split*p.tiles_per_split;
+    const int t_end   = min(n_tiles, t_begin + p.tiles_per_split);
+
+    for (int t = t_begin; t < t_end; ++t) {
+        const int k0 = t*TURBO_FA_TILE;
+        if (K_turbo) turbo_fa_stage_tile<type_K, NB>(Kb, p.nb11, k0, p.n_kv, kw_sh, kn_sh);
+        if (V_turbo) turbo_fa_stage_tile<type_V, NB>(Vb, p.nb21, k0, p.n_kv, vw_sh, vn_sh);
+        __syncthreads();
+
+        // ---- scores: thread tid -> key k0 + tid
+        {
+            const int k = k0 + tid;
+            float s[NCOLS];
+#pragma unroll
+            for (int r = 0; r < NCOLS; ++r) s[r] = 0.0f;
+            if (k < p.n_kv) {
+                if constexpr (K_turbo) {
+                    constexpr int bits = turbo_fa_stage<type_K>::bits;
+                    const uint32_t * w0 = kw_sh + tid*KSTRIDE;
+#pragma unroll
+                    for (int b = 0; b < NB; ++b) {
+                        const uint32_t * w = w0 + b*KQSW;
+                        float bs[NCOLS];
+#pragma unroll
+                        for (int r = 0; r < NCOLS; ++r) bs[r] = 0.0f;
+#pragma unroll 2
+                        for (int i4 = 0; i4 < QK_TURBO/4; ++i4) {
+                            float c[4];
+#pragma unroll
+                            for (int l = 0; l < 4; ++l) c[l] = ctabK[turbo_fa_code<bits>(w, 4*i4 + l)];
+#pragma unroll
+                            for (int r = 0; r < NCOLS; ++r) {
+                                const float4 qv = q_sh4[(r*D + b*QK_TURBO)/4 + i4];
+                                bs[r] += qv.x*c[0] + qv.y*c[1] + qv.z*c[2] + qv.w*c[3];
+                            }
+                        }
+                        const float n = kn_sh[tid*NB + b];
+#pragma unroll
+                        for (int r = 0; r < NCOLS; ++r) s[r] += bs[r]*n;
+                    }
+                } else if constexpr (type_K == GGML_TYPE_F16) {
+                    const half2 * kr = (const half2 *) (Kb + (int64_t) k*p.nb11);
+#pragma unroll 4
+                    for (int i2 = 0; i2 < D/2; ++i2) {
+                        const float2 kv = __half22float2(kr[i2]);
+#pragma unroll
+                        for (int r = 0; r < NCOLS; ++r) {
+                            s[r] += q_sh[r*D + 2*i2]*kv.x + q_sh[r*D + 2*i2 + 1]*kv.y;
+                        }
+                    }
+                } else { // Q8_0
+                    const block_q8_0 * kr = (const block_q8_0 *) (Kb + (int64_t) k*p.nb11);
+                    for (int ib = 0; ib < D/QK8_0; ++ib) {
+                        const float dd = __half2float(kr[ib].d);
+                        float bs[NCOLS];
+#pragma unroll
+                        for (int r = 0; r < NCOLS; ++r) bs[r] = 0.0f;
+#pragma unroll 8
+                        for (int i = 0; i < QK8_0; ++i) {
+                            const float kv = (float) kr[ib].qs[i];
+#pragma unroll
+                            for (int r = 0; r < NCOLS; ++r) bs[r] += q_sh[r*D + ib*QK8_0 + i]*kv;
+                        }
+#pragma unroll
+                        for (int r = 0; r < NCOLS; ++r) s[r] += bs[r]*dd;
+                    }
+                }
+#pragma unroll
+                for (int r = 0; r < NCOLS; ++r) {
+                    float v = s[r];
+                    if (p.logit_softcap != 0.0f) {
+                        v = p.logit_softcap*tanhf(v/p.logit_softcap);
+                    }
+                    if (maskb) {
+                        v += slope_sh[r]*__half2float(maskb[(int64_t) row_j_sh[r]*(p.nb31/sizeof(half)) + k]);
+                    }
+                    s[r] = v;
+                }
+            } else {
+#pragma unroll
+                for (int r = 0; r < NCOLS; ++r) s[r] = -INFINITY;
+            }
+#pragma unroll
+            for (int r = 0; r < NCOLS; ++r) P_sh[tid*NCOLS + r] = s[r];
+        }
+        __syncthreads();
+
+        // ---- online softmax: warp w handles rows w, w + 4
+        for (int r = warp; r < NCOLS; r += TURBO_FA_THREADS/WARP_SIZE) {
+            float v[TURBO_FA_TILE/WARP_SIZE];
+            float mx = -INFINITY;
+#pragma unroll
+            for (int l = 0; l < TURBO_FA_TILE/WARP_SIZE; ++l) {
+                v[l] = P_sh[(lane + WARP_SIZE*l)*NCOLS + r];
+                mx = fmaxf(mx, v[l]);
+            }
+            mx = warp_reduce_max(mx);
+            const float M_old = M_sh[r];
+            const float M_new = fmaxf(M_old, mx);
+            float sum = 0.0f;
+#pragma unroll
+            for (int l = 0; l < TURBO_FA_TILE/WARP_SIZE; ++l) {
+                const float e = M_new == -INFINITY ? 0.0f : expf(v[l] - M_new);
+                sum += e;
+                P_sh[(lane + WARP_SIZE*l)*NCOLS + r] = e;
+            }
+            sum = warp_reduce_sum(sum);
+            if (lane == 0) {
+                const float alpha = M_old == -INFINITY ? 0.0f : expf(M_old - M_new);
+                A_sh[r] = alpha;
+                S_sh[r] = S_sh[r]*alpha + sum;
+                M_sh[r] = M_new;
+            }
+        }
+        __syncthreads();
+
+        // ---- V: thread tid owns element tid of each 128-block
+        {
+#pragma unroll
+            for (int r = 0; r < NCOLS; ++r) {
+                const float a = A_sh[r];
+#pragma unroll
+                for (int b = 0; b < NB; ++b) acc[b][r] *= a;
+            }
+            const int nk = min(TURBO_FA_TILE, p.n_kv - k0);
+            if constexpr (V_turbo) {
+                constexpr int bits = turbo_fa_stage<type_V>::bits;
+#pragma unroll 2
+                for (int kk = 0; kk < nk; ++kk) {
+                    float pr[NCOLS];
+#pragma unroll
+                    for (int r4 = 0; r4 < NCOLS/4; ++r4) {
+                        const float4 pv = P_sh4[kk*(NCOLS/4) + r4];
+                        pr[4*r4 + 0] = pv.x; pr[4*r4 + 1] = pv.y; pr[4*r4 + 2] = pv.z; pr[4*r4 + 3] = pv.w;
+                    }
+#pragma unroll
+                    for (int b = 0; b < NB; ++b) {
+                        const float cn = ctabV[turbo_fa_code<bits>(vw_sh + kk*VSTRIDE + b*VQSW, tid)]*vn_sh[kk*NB + b];
+#pragma unroll
+                        for (int r = 0; r < NCOLS; ++r) acc[b][r] += pr[r]*cn;
+                    }
+                }
+            } else if constexpr (type_V == GGML_TYPE_F16) {
+                for (int kk = 0; kk < nk; ++kk) {
+                    const half * vr = (const half *) (Vb + (int64_t) (k0 + kk)*p.nb21);
+#pragma unroll
+                    for (int b = 0; b < NB; ++b) {
+                        const float vv = __half2float(vr[b*QK_TURBO + tid]);
+#pragma unroll
+                        for (int r = 0; r < NCOLS; ++r) acc[b][r] += P_sh[kk*NCOLS + r]*vv;
+                    }
+                }
+            } else { // Q8_0
+                for (int kk = 0; kk < nk; ++kk) {
+                    const block_q8_0 * vr = (const block_q8_0 *) (Vb + (int64_t) (k0 + kk)*p.nb21);
+#pragma unroll
+                    for (int b = 0; b < NB; ++b) {
+                        const int d = b*QK_TURBO + tid;
+                        const float vv = __half2float(vr[d/QK8_0].d)*(float) vr[d/QK8_0].qs[d%QK8_0];
+#pragma unroll
+                        for (int r = 0; r < NCOLS; ++r) acc[b][r] += P_sh[kk*NCOLS + r]*vv;
+                    }
+                }
+            }
+        }
+        __syncthreads();
+    }
+
+    // ---- partial results of this split
+    const int64_t slot = ((int64_t) (iq3*gridDim.y + blockIdx.y))*p.n_split + split;
+#pragma unroll
+    for (int r = 0; r < NCOLS; ++r) {
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+            p.part_acc[(slot*NCOLS + r)*D + b*QK_TURBO + tid] = acc[b][r];
+        }
+    }
+    if (tid < NCOLS) {
+        p.part_meta[slot*NCOLS + tid] = make_float2(M_sh[tid], S_sh[tid]);
+    }
+}
+
+// merges the splits of one output row, applies the sink and the inverse rotation (turbo V), writes dst
+template <int D, bool V_turbo, int NCOLS>
+__launch_bounds__(D)
+static __global__ void k_turbo_fattn_combine(const float * __restrict__ part_acc, const float2 * __restrict__ part_meta,
+        const float * __restrict__ sinks, float * __restrict__ dst, const int n_split, const int nrg, const int gqa,
+        const int n_q, const int n_head) {
+    __shared__ float out[D];
+    const int tid = threadIdx.x;
+    const int r   = blockIdx.x;          // row in the group
+    const int y   = blockIdx.y;          // hk*nrg + rg
+    const int iq3 = blockIdx.z;
+    const int hk  = y / nrg, rg = y % nrg;
+    const int rho = rg*NCOLS + r;
+    if (rho >= gqa*n_q) {
+        return;
+    }
+    const int j = rho / gqa, h = hk*gqa + rho % gqa;
+    const int64_t slot0 = ((int64_t) (iq3*gridDim.y + y))*n_split;
+
+    float M = -INFINITY;
+    for (int s = 0; s < n_split; ++s) {
+        M = fmaxf(M, part_meta[(slot0 + s)*NCOLS + r].x);
+    }
+    const float sink = sinks ? sinks[h] : -INFINITY;
+    M = fmaxf(M, sink);
+    float S = 0.0f, a = 0.0f;
+    if (M != -INFINITY) {
+        for (int s = 0; s < n_split; ++s) {
+            const float2 ms = part_meta[(slot0 + s)*NCOLS + r];
+            if (ms.x == -INFINITY) {
+                continue;
+            }
+            const float f = expf(ms.x - M);
+            S += ms.y*f;
+            a += part_acc[((slot0 + s)*NCOLS + r)*D + tid]*f;
+        }
+        if (sinks) {
+            S += expf(sink - M);
+        }
+    }
+    float v = S > 0.0f ? a/S : 0.0f;
+    if (V_turbo) {
+        out[tid] = v;
+        __syncthreads();
+        const int base = (tid / QK_TURBO)*QK_TURBO;
+        const int i = tid % QK_TURBO;
+#pragma unroll
+        for (int hh = 1; hh < QK_TURBO; hh *= 2) {
+            const float x0 = out[base + i], x1 = out[base + (i ^ hh)];
+            __syncthreads();
+            out[base + i] = (i & hh) ? x1 - x0 : x0 + x1;
+            __syncthreads();
+        }
+        v = out[tid]*TURBO_CUDA_INV_SQRT_QK;
+        if (turbo_sign_neg(i)) {
+            v = -v;
+        }
+    }
+    dst[(((int64_t) iq3*n_q + j)*n_head + h)*D + tid] = v;
+}
+
+// launches k_turbo_fattn for one K type (instantiated in fattn-turbo-k*.cu, one file per K type for build parallelism)
+template <ggml_type type_K>
+void ggml_cuda_turbo_fattn_launch(cudaStream_t stream, const int D, const ggml_type type_V, const int ncols,
+        const turbo_fa_params & p, const dim3 grid) {
+#define TURBO_FA_CASE(DD, TYPE_V, NC)                                                              \
+    if (D == DD && type_V == TYPE_V && ncols == NC) {                                              \
+        k_turbo_fattn<DD, type_K, TYPE_V, NC><<<grid, TURBO_FA_THREADS, 0, stream>>>(p);           \
+        return;                                                                                    \
+    }
+#define TURBO_FA_CASES_V(TYPE_V) \
+    TURBO_FA_CASE(128, TYPE_V, 4) TURBO_FA_CASE(128, TYPE_V, 8) TURBO_FA_CASE(256, TYPE_V, 4) TURBO_FA_CASE(256, TYPE_V, 8)
+    TURBO_FA_CASES_V(GGML_TYPE_TURBO3)
+    TURBO_FA_CASES_V(GGML_TYPE_TURBO2)
+    if constexpr (ggml_cuda_type_is_turbo(type_K)) {
+        TURBO_FA_CASES_V(GGML_TYPE_F16)
+        TURBO_FA_CASES_V(GGML_TYPE_Q8_0)
+    }
+#undef TURBO_FA_CASES_V
+#undef TURBO_FA_CASE
+    GGML_ABORT("turbo flash attention: K/V pair or head size not compiled");
+}
+
+// K types and V types of the fused kernel (at least one of the two turbo)
+static inline bool ggml_cuda_turbo_fattn_k_type(ggml_type t) {
+    return t == GGML_TYPE_F16 || t == GGML_TYPE_Q8_0 || t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO2;
+}
+
+extern template void ggml_cuda_turbo_fattn_launch<GGML_TYPE_F16>   (cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);
+extern template void ggml_cuda_turbo_fattn_launch<GGML_TYPE_Q8_0>  (cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);
+extern template void ggml_cuda_turbo_fattn_launch<GGML_TYPE_TURBO3>(cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);
+extern template void ggml_cuda_turbo_fattn_launch<GGML_TYPE_TURBO2>(cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);

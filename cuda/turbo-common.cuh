@@ -1,0 +1,259 @@
+// turbo-llama: CUDA side of the turbo3/turbo2 KV-cache formats (see cpu_ref/ggml-turbo.h).
+//
+// The format's single source of truth is cpu_ref/ (copied to ggml/src/ by the overlay). The device
+// tables below repeat its constants as literals (device code cannot read the host arrays of
+// turbo-codebooks.h); ggml_cuda_turbo_check_tables() compares them with the host arrays at the first
+// use and aborts on any difference, so they cannot drift apart silently.
+//
+// Layout of the per-block helpers: one warp handles one 128-value block, lane l holds the values
+// i = l + 32*k, k = 0..3. Every float operation of the encoder is the one of the C reference, in the
+// same order, with explicitly rounded intrinsics (ggml-cuda is compiled with -use_fast_math).
+#pragma once
+
+#include "common.cuh"
+#include "ggml-turbo.h"
+
+#define TURBO_CUDA_INV_SQRT_QK 0.0883883476483184405f
+#define TURBO_CUDA_FP16_MAX    65504.0f
+#define TURBO_CUDA_BIG_AMAX    4294967296.0f
+
+static __device__ __constant__ unsigned int turbo_d_sign_words[4] = {
+    0x45A7BC9Fu, 0x045B6659u, 0x160D132Eu, 0x3F917713u
+};
+
+// host copies, compared with turbo-codebooks.h at runtime (turbo.cu)
+#define TURBO_CUDA_SIGN_WORDS { 0x45A7BC9Fu, 0x045B6659u, 0x160D132Eu, 0x3F917713u }
+#define TURBO_CUDA_C3 { -1.883954848e-01f, -1.181377328e-01f, -6.658387765e-02f, -2.160362474e-02f, \
+                         2.160362474e-02f,  6.658387765e-02f,  1.181377328e-01f,  1.883954848e-01f }
+#define TURBO_CUDA_B3 { -1.532666088e-01f, -9.236080523e-02f, -4.409375120e-02f, 0.000000000e+00f, \
+                         4.409375120e-02f,  9.236080523e-02f,  1.532666088e-01f }
+#define TURBO_CUDA_C2 { -1.330422666e-01f, -3.999196213e-02f, 3.999196213e-02f, 1.330422666e-01f }
+#define TURBO_CUDA_B2 { -8.651711434e-02f, 0.000000000e+00f, 8.651711434e-02f }
+
+static __device__ __constant__ float turbo_d_c3[8] = TURBO_CUDA_C3;
+static __device__ __constant__ float turbo_d_b3[7] = TURBO_CUDA_B3;
+static __device__ __constant__ float turbo_d_c2[4] = TURBO_CUDA_C2;
+static __device__ __constant__ float turbo_d_b2[3] = TURBO_CUDA_B2;
+
+void ggml_cuda_turbo_check_tables(void);
+
+static constexpr __host__ __device__ bool ggml_cuda_type_is_turbo(ggml_type t) {
+    return t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO2;
+}
+
+template <ggml_type type> struct turbo_traits;
+template <> struct turbo_traits<GGML_TYPE_TURBO3> {
+    typedef block_turbo3 block_t;
+    static constexpr int bits = 3;
+    static constexpr int n_boundaries = 7;
+    static constexpr int qs_bytes = TURBO3_QS_BYTES;
+};
+template <> struct turbo_traits<GGML_TYPE_TURBO2> {
+    typedef block_turbo2 block_t;
+    static constexpr int bits = 2;
+    static constexpr int n_boundaries = 3;
+    static constexpr int qs_bytes = TURBO2_QS_BYTES;
+};
+
+static __device__ __forceinline__ float turbo_centroid(const int bits, const int c) {
+    return bits == 3 ? turbo_d_c3[c] : turbo_d_c2[c];
+}
+
+static __device__ __forceinline__ bool turbo_sign_neg(const int i) {
+    return (turbo_d_sign_words[i >> 5] >> (i & 31)) & 1u;
+}
+
+// In-warp unnormalized FWHT of 128 values, butterflies of span 1, 2, ..., 64 exactly as the C code:
+// t[j] = a + b, t[j+h] = a - b with a the lower index.
+static __device__ __forceinline__ void turbo_warp_fwht(float v[4], const int lane) {
+#pragma unroll
+    for (int h = 1; h < 32; h *= 2) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            const float o = __shfl_xor_sync(0xffffffff, v[k], h);
+            v[k] = (lane & h) ? __fsub_rn(o, v[k]) : __fadd_rn(v[k], o);
+        }
+    }
+    // span 32: (k, k+1) for k = 0, 2
+    {
+        const float a0 = v[0], b0 = v[1], a1 = v[2], b1 = v[3];
+        v[0] = __fadd_rn(a0, b0); v[1] = __fsub_rn(a0, b0);
+        v[2] = __fadd_rn(a1, b1); v[3] = __fsub_rn(a1, b1);
+    }
+    // span 64: (k, k+2) for k = 0, 1
+    {
+        const float a0 = v[0], b0 = v[2], a1 = v[1], b1 = v[3];
+        v[0] = __fadd_rn(a0, b0); v[2] = __fsub_rn(a0, b0);
+        v[1] = __fadd_rn(a1, b1); v[3] = __fsub_rn(a1, b1);
+    }
+}
+
+// Pairwise tree sum of 128 values (s[i] += s[i+h], h = 64..1), result broadcast to all lanes.
+static __device__ __forceinline__ float turbo_warp_tree_sum(const float s[4]) {
+    float a = __fadd_rn(s[0], s[2]);          // h = 64: i = lane
+    const float b = __fadd_rn(s[1], s[3]);    //         i = lane + 32
+    a = __fadd_rn(a, b);                      // h = 32
+#pragma unroll
+    for (int h = 16; h >= 1; h /= 2) {
+        const float o = __shfl_down_sync(0xffffffff, a, h);
+        a = __fadd_rn(a, o);                  // meaningful for lane < h: s[lane] + s[lane + h]
+    }
+    return __shfl_sync(0xffffffff, a, 0);
+}
+
+static __device__ __forceinline__ bool turbo_is_finite(const float x) {
+    return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u;
+}
+
+// Encodes the block held by the warp; returns the fp16 norm bits, writes codes[k] for value lane+32k.
+template <int bits>
+static __device__ __forceinline__ uint16_t turbo_warp_encode(const float x[4], int codes[4], const int lane) {
+    bool bad = false;
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        bad |= !turbo_is_finite(x[k]);
+        const float a = fabsf(x[k]);
+        amax = a > amax ? a : amax;
+    }
+    bad = __any_sync(0xffffffff, bad);
+#pragma unroll
+    for (int h = 16; h >= 1; h /= 2) {
+        const float o = __shfl_xor_sync(0xffffffff, amax, h);
+        amax = o > amax ? o : amax;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        codes[k] = 0;
+    }
+    if (bad || amax == 0.0f) {
+        return 0;
+    }
+    int e = 0;
+    float t[4];
+    if (amax > TURBO_CUDA_BIG_AMAX) {
+        // frexpf: amax = m * 2^e, m in [0.5, 1); amax is normal here
+        e = (int) ((__float_as_uint(amax) >> 23) & 0xffu) - 126;
+        // x * 2^-e, as two exact power-of-two multiplies (2^-e alone may be subnormal)
+        const int e1 = e / 2, e2 = e - e / 2;
+        const float p1 = __uint_as_float((uint32_t) (127 - e1) << 23);
+        const float p2 = __uint_as_float((uint32_t) (127 - e2) << 23);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            t[k] = __fmul_rn(__fmul_rn(x[k], p1), p2);
+        }
+    } else {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            t[k] = x[k];
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        if (turbo_sign_neg(lane + 32*k)) {
+            t[k] = -t[k];
+        }
+    }
+    turbo_warp_fwht(t, lane);
+
+    float s[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        s[k] = __fmul_rn(t[k], t[k]);
+    }
+    const float len = __fsqrt_rn(turbo_warp_tree_sum(s));
+    if (!(len > 0.0f)) {
+        return 0;
+    }
+    const float inv = __fdiv_rn(1.0f, len);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const float y = __fmul_rn(t[k], inv);
+        int c = 0;
+        if (bits == 3) {
+#pragma unroll
+            for (int b = 0; b < 7; ++b) {
+                c += y > turbo_d_b3[b];
+            }
+        } else {
+#pragma unroll
+            for (int b = 0; b < 3; ++b) {
+                c += y > turbo_d_b2[b];
+            }
+        }
+        codes[k] = c;
+        const float cv = turbo_centroid(bits, c);
+        s[k] = __fmul_rn(cv, cv);
+    }
+    const float clen = __fsqrt_rn(turbo_warp_tree_sum(s));
+    float norm = __fdiv_rn(__fmul_rn(len, TURBO_CUDA_INV_SQRT_QK), clen);
+    if (e != 0) {
+        const int e1 = e / 2, e2 = e - e / 2;
+        norm = __fmul_rn(__fmul_rn(norm, __uint_as_float((uint32_t) (127 + e1) << 23)),
+                         __uint_as_float((uint32_t) (127 + e2) << 23));
+    }
+    if (!(norm <= TURBO_CUDA_FP16_MAX)) {
+        norm = TURBO_CUDA_FP16_MAX;
+    }
+    const uint16_t h = __half_as_ushort(__float2half_rn(norm));
+    if (h == 0) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            codes[k] = 0;
+        }
+    }
+    return h;
+}
+
+// Writes the block (norm + packed codes) from the warp's codes.
+template <int bits>
+static __device__ __forceinline__ void turbo_warp_store(uint8_t * dst_block, const uint16_t norm, const int codes[4], const int lane) {
+    const int w = codes[0] | (codes[1] << 3) | (codes[2] << 6) | (codes[3] << 9);
+    // low plane byte j = lane: codes 4j..4j+3, which live in lanes (4j+m) % 32, slot k = j / 8
+    const int kk = lane >> 3;
+    int lo = 0;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        const int o = __shfl_sync(0xffffffff, w, (4*lane + m) & 31);
+        lo |= ((o >> (3*kk)) & 3) << (2*m);
+    }
+    uint32_t hb[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        hb[k] = __ballot_sync(0xffffffff, (codes[k] >> 2) & 1);
+    }
+    if (lane == 0) {
+        *(uint16_t *) dst_block = norm;
+    }
+    uint8_t * qs = dst_block + 2;
+    qs[lane] = (uint8_t) lo;
+    if (bits == 3 && lane < 16) {
+        const int k = lane >> 2;
+        const uint32_t word = k == 0 ? hb[0] : k == 1 ? hb[1] : k == 2 ? hb[2] : hb[3];
+        qs[32 + lane] = (uint8_t) (word >> (8*(lane & 3)));
+    }
+}
+
+// Decodes the block into x[k] = value lane + 32k, same float operations as dequantize_row_turbo*.
+template <int bits>
+static __device__ __forceinline__ void turbo_warp_decode(const uint8_t * src_block, float x[4], const int lane) {
+    const uint16_t nh = *(const uint16_t *) src_block;
+    const float scale = __fmul_rn(__half2float(__ushort_as_half(nh)), TURBO_CUDA_INV_SQRT_QK);
+    const uint8_t * qs = src_block + 2;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int i = lane + 32*k;
+        int c = (qs[i >> 2] >> (2*(i & 3))) & 3;
+        if (bits == 3) {
+            c |= ((qs[32 + (i >> 3)] >> (i & 7)) & 1) << 2;
+        }
+        x[k] = __fmul_rn(turbo_centroid(bits, c), scale);
+    }
+    turbo_warp_fwht(x, lane);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        if (turbo_sign_neg(lane + 32*k)) {
+            x[k] = -x[k];
+        }
+    }
+}

@@ -1,0 +1,366 @@
+// turbo-llama: write path (SET_ROWS, CPY to turbo) and read path (GET_ROWS, CPY from turbo, to_fp16/fp32)
+// for the turbo3/turbo2 KV-cache types. One warp per 128-value block; bit-exact with cpu_ref/ggml-turbo.c.
+#include "turbo-common.cuh"
+#include "turbo.cuh"
+#include "turbo-codebooks.h"
+
+#include <cstring>
+
+#define TURBO_WARPS_PER_BLOCK 8
+
+void ggml_cuda_turbo_check_tables(void) {
+    static bool checked = false;
+    if (checked) {
+        return;
+    }
+    const unsigned int sw[4] = TURBO_CUDA_SIGN_WORDS;
+    const float c3[8] = TURBO_CUDA_C3, b3[7] = TURBO_CUDA_B3, c2[4] = TURBO_CUDA_C2, b2[3] = TURBO_CUDA_B2;
+    if (memcmp(sw, turbo_sign_words, sizeof(sw)) != 0 || memcmp(c3, turbo3_centroids, sizeof(c3)) != 0 ||
+        memcmp(b3, turbo3_boundaries, sizeof(b3)) != 0 || memcmp(c2, turbo2_centroids, sizeof(c2)) != 0 ||
+        memcmp(b2, turbo2_boundaries, sizeof(b2)) != 0) {
+        GGML_ABORT("turbo-llama: the CUDA copies of the turbo codebooks/signs differ from turbo-codebooks.h");
+    }
+    checked = true;
+}
+
+static inline int turbo_bits(ggml_type t) {
+    return t == GGML_TYPE_TURBO3 ? 3 : 2;
+}
+
+static inline dim3 turbo_grid(int64_t nblk) {
+    return dim3((unsigned) ((nblk + TURBO_WARPS_PER_BLOCK - 1) / TURBO_WARPS_PER_BLOCK));
+}
+
+template <typename T> static __device__ __forceinline__ float turbo_to_f32(T x) { return (float) x; }
+template <> __device__ __forceinline__ float turbo_to_f32<half>(half x) { return __half2float(x); }
+template <typename T> static __device__ __forceinline__ T turbo_from_f32(float x) { return (T) x; }
+template <> __device__ __forceinline__ half turbo_from_f32<half>(float x) { return __float2half_rn(x); }
+
+// ---- SET_ROWS -------------------------------------------------------------------------------------
+
+template <typename src_t, typename idx_t, int bits>
+static __global__ void k_turbo_set_rows(
+        const src_t * __restrict__ src0, const idx_t * __restrict__ src1, char * __restrict__ dst,
+        const int64_t nblk, const int64_t nbr, const int64_t ne01, const int64_t ne02,
+        const int64_t s01, const int64_t s02, const int64_t s03,
+        const int64_t s10, const int64_t s11, const int64_t s12, const int64_t ne11, const int64_t ne12,
+        const size_t nb1, const size_t nb2, const size_t nb3, const int bs) {
+    const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (wid >= nblk) {
+        return;
+    }
+    int64_t r = wid / nbr;
+    const int64_t ib  = wid - r*nbr;
+    const int64_t i01 = r % ne01; r /= ne01;
+    const int64_t i02 = r % ne02;
+    const int64_t i03 = r / ne02;
+    const int64_t i12 = i03 % ne12;
+    const int64_t i11 = i02 % ne11;
+    const int64_t dst_row = (int64_t) src1[i01*s10 + i11*s11 + i12*s12];
+
+    const src_t * x = src0 + i01*s01 + i02*s02 + i03*s03 + ib*QK_TURBO;
+    float v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        v[k] = turbo_to_f32(x[lane + 32*k]);
+    }
+    int codes[4];
+    const uint16_t h = turbo_warp_encode<bits>(v, codes, lane);
+    turbo_warp_store<bits>((uint8_t *) (dst + dst_row*nb1 + i02*nb2 + i03*nb3 + ib*bs), h, codes, lane);
+}
+
+template <typename src_t, typename idx_t>
+static void turbo_set_rows_launch(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    const ggml_tensor * src0 = dst->src[0];
+    const ggml_tensor * src1 = dst->src[1];
+    GGML_TENSOR_BINARY_OP_LOCALS
+    GGML_ASSERT(ne00 % QK_TURBO == 0);
+    GGML_ASSERT(nb00 == sizeof(src_t));
+    const int64_t nbr  = ne00 / QK_TURBO;
+    const int64_t nblk = nbr*ne01*ne02*ne03;
+    if (nblk == 0) {
+        return;
+    }
+    const int bs = (int) ggml_type_size(dst->type);
+    const int64_t s01 = nb01/sizeof(src_t), s02 = nb02/sizeof(src_t), s03 = nb03/sizeof(src_t);
+    const int64_t s10 = nb10/sizeof(idx_t), s11 = nb11/sizeof(idx_t), s12 = nb12/sizeof(idx_t);
+    cudaStream_t stream = ctx.stream();
+    const dim3 grid = turbo_grid(nblk);
+    const dim3 block(TURBO_WARPS_PER_BLOCK*WARP_SIZE);
+    if (dst->type == GGML_TYPE_TURBO3) {
+        k_turbo_set_rows<src_t, idx_t, 3><<<grid, block, 0, stream>>>((const src_t *) src0->data, (const idx_t *) src1->data,
+            (char *) dst->data, nblk, nbr, ne01, ne02, s01, s02, s03, s10, s11, s12, ne11, ne12, nb1, nb2, nb3, bs);
+    } else {
+        k_turbo_set_rows<src_t, idx_t, 2><<<grid, block, 0, stream>>>((const src_t *) src0->data, (const idx_t *) src1->data,
+            (char *) dst->data, nblk, nbr, ne01, ne02, s01, s02, s03, s10, s11, s12, ne11, ne12, nb1, nb2, nb3, bs);
+    }
+    CUDA_CHECK(cudaGetLastError());
+}
+
+void ggml_cuda_turbo_set_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    ggml_cuda_turbo_check_tables();
+    const ggml_tensor * src0 = dst->src[0];
+    const ggml_tensor * src1 = dst->src[1];
+    GGML_ASSERT(ggml_cuda_is_turbo_type(dst->type));
+    GGML_ASSERT(src0->type == GGML_TYPE_F32 || src0->type == GGML_TYPE_F16);
+    GGML_ASSERT(src1->type == GGML_TYPE_I64 || src1->type == GGML_TYPE_I32);
+    if (src0->type == GGML_TYPE_F32) {
+        if (src1->type == GGML_TYPE_I64) { turbo_set_rows_launch<float, int64_t>(ctx, dst); }
+        else                             { turbo_set_rows_launch<float, int32_t>(ctx, dst); }
+    } else {
+        if (src1->type == GGML_TYPE_I64) { turbo_set_rows_launch<half, int64_t>(ctx, dst); }
+        else                             { turbo_set_rows_launch<half, int32_t>(ctx, dst); }
+    }
+}
+
+// ---- CPY ------------------------------------------------------------------------------------------
+
+// f32/f16 -> turbo: 128 consecutive elements in logical order are one block of the destination
+template <typename src_t, int bits>
+static __global__ void k_turbo_cpy_to(
+        const char * __restrict__ src0, char * __restrict__ dst, const int64_t nblk,
+        const int64_t ne00, const int64_t ne01, const int64_t ne02,
+        const size_t nb00, const size_t nb01, const size_t nb02, const size_t nb03,
+        const int64_t ne10, const int64_t ne11, const int64_t ne12,
+        const size_t nb11, const size_t nb12, const size_t nb13, const int bs) {
+    const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (wid >= nblk) {
+        return;
+    }
+    const int64_t e = wid*QK_TURBO;
+    int64_t r = e;
+    const int64_t i00 = r % ne00; r /= ne00;
+    const int64_t i01 = r % ne01; r /= ne01;
+    const int64_t i02 = r % ne02;
+    const int64_t i03 = r / ne02;
+    r = e;
+    const int64_t i10 = r % ne10; r /= ne10;
+    const int64_t i11 = r % ne11; r /= ne11;
+    const int64_t i12 = r % ne12;
+    const int64_t i13 = r / ne12;
+
+    const char * x = src0 + i03*nb03 + i02*nb02 + i01*nb01 + i00*nb00;
+    float v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        v[k] = turbo_to_f32(*(const src_t *) (x + (lane + 32*k)*nb00));
+    }
+    int codes[4];
+    const uint16_t h = turbo_warp_encode<bits>(v, codes, lane);
+    turbo_warp_store<bits>((uint8_t *) (dst + i13*nb13 + i12*nb12 + i11*nb11 + (i10/QK_TURBO)*bs), h, codes, lane);
+}
+
+// turbo -> f32/f16
+template <typename dst_t, int bits>
+static __global__ void k_turbo_cpy_from(
+        const char * __restrict__ src0, char * __restrict__ dst, const int64_t nblk,
+        const int64_t ne00, const int64_t ne01, const int64_t ne02,
+        const size_t nb01, const size_t nb02, const size_t nb03,
+        const int64_t ne10, const int64_t ne11, const int64_t ne12,
+        const size_t nb10, const size_t nb11, const size_t nb12, const size_t nb13, const int bs) {
+    const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (wid >= nblk) {
+        return;
+    }
+    const int64_t e = wid*QK_TURBO;
+    int64_t r = e;
+    const int64_t i00 = r % ne00; r /= ne00;
+    const int64_t i01 = r % ne01; r /= ne01;
+    const int64_t i02 = r % ne02;
+    const int64_t i03 = r / ne02;
+    float v[4];
+    turbo_warp_decode<bits>((const uint8_t *) (src0 + i03*nb03 + i02*nb02 + i01*nb01 + (i00/QK_TURBO)*bs), v, lane);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        int64_t q = e + lane + 32*k;
+        const int64_t i10 = q % ne10; q /= ne10;
+        const int64_t i11 = q % ne11; q /= ne11;
+        const int64_t i12 = q % ne12;
+        const int64_t i13 = q / ne12;
+        *(dst_t *) (dst + i13*nb13 + i12*nb12 + i11*nb11 + i10*nb10) = turbo_from_f32<dst_t>(v[k]);
+    }
+}
+
+bool ggml_cuda_turbo_cpy_supported(const ggml_tensor * src0, const ggml_tensor * src1) {
+    const bool to   = ggml_cuda_is_turbo_type(src1->type) && (src0->type == GGML_TYPE_F32 || src0->type == GGML_TYPE_F16);
+    const bool from = ggml_cuda_is_turbo_type(src0->type) && (src1->type == GGML_TYPE_F32 || src1->type == GGML_TYPE_F16);
+    return (to || from) && src0->ne[0] % QK_TURBO == 0 && src1->ne[0] % QK_TURBO == 0;
+}
+
+void ggml_cuda_turbo_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, ggml_tensor * src1) {
+    ggml_cuda_turbo_check_tables();
+    GGML_ASSERT(ggml_cuda_turbo_cpy_supported(src0, src1));
+    GGML_ASSERT(ggml_nelements(src0) == ggml_nelements(src1));
+    const int64_t nblk = ggml_nelements(src0) / QK_TURBO;
+    if (nblk == 0) {
+        return;
+    }
+    cudaStream_t stream = ctx.stream();
+    const dim3 grid = turbo_grid(nblk);
+    const dim3 block(TURBO_WARPS_PER_BLOCK*WARP_SIZE);
+    const char * s = (const char *) src0->data;
+    char * d = (char *) src1->data;
+#define TURBO_CPY_TO_ARGS  s, d, nblk, src0->ne[0], src0->ne[1], src0->ne[2], src0->nb[0], src0->nb[1], src0->nb[2], src0->nb[3], \
+        src1->ne[0], src1->ne[1], src1->ne[2], src1->nb[1], src1->nb[2], src1->nb[3], (int) ggml_type_size(src1->type)
+#define TURBO_CPY_FROM_ARGS s, d, nblk, src0->ne[0], src0->ne[1], src0->ne[2], src0->nb[1], src0->nb[2], src0->nb[3], \
+        src1->ne[0], src1->ne[1], src1->ne[2], src1->nb[0], src1->nb[1], src1->nb[2], src1->nb[3], (int) ggml_type_size(src0->type)
+    if (ggml_cuda_is_turbo_type(src1->type)) {
+        const int bits = turbo_bits(src1->type);
+        if (src0->type == GGML_TYPE_F32) {
+            if (bits == 3) k_turbo_cpy_to<float, 3><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
+            else           k_turbo_cpy_to<float, 2><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
+        } else {
+            if (bits == 3) k_turbo_cpy_to<half, 3><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
+            else           k_turbo_cpy_to<half, 2><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
+        }
+    } else {
+        const int bits = turbo_bits(src0->type);
+        if (src1->type == GGML_TYPE_F32) {
+            if (bits == 3) k_turbo_cpy_from<float, 3><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
+            else           k_turbo_cpy_from<float, 2><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
+        } else {
+            if (bits == 3) k_turbo_cpy_from<half, 3><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
+            else           k_turbo_cpy_from<half, 2><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
+        }
+    }
+#undef TURBO_CPY_TO_ARGS
+#undef TURBO_CPY_FROM_ARGS
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- GET_ROWS -------------------------------------------------------------------------------------
+
+template <typename dst_t, int bits>
+static __global__ void k_turbo_get_rows(
+        const char * __restrict__ src0, const int32_t * __restrict__ src1, char * __restrict__ dst, const int64_t nblk,
+        const int64_t nbr, const int64_t ne10, const int64_t ne11,
+        const size_t nb01, const size_t nb02, const size_t nb03,
+        const int64_t s10, const int64_t s11, const int64_t s12,
+        const size_t nb1, const size_t nb2, const size_t nb3, const int bs) {
+    const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (wid >= nblk) {
+        return;
+    }
+    int64_t r = wid / nbr;
+    const int64_t ib  = wid - r*nbr;
+    const int64_t i10 = r % ne10; r /= ne10;
+    const int64_t i11 = r % ne11;
+    const int64_t i12 = r / ne11;
+    const int64_t row = src1[i10*s10 + i11*s11 + i12*s12];
+    float v[4];
+    turbo_warp_decode<bits>((const uint8_t *) (src0 + row*nb01 + i11*nb02 + i12*nb03 + ib*bs), v, lane);
+    dst_t * y = (dst_t *) (dst + i10*nb1 + i11*nb2 + i12*nb3) + ib*QK_TURBO;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        y[lane + 32*k] = turbo_from_f32<dst_t>(v[k]);
+    }
+}
+
+void ggml_cuda_turbo_get_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    ggml_cuda_turbo_check_tables();
+    const ggml_tensor * src0 = dst->src[0];
+    const ggml_tensor * src1 = dst->src[1];
+    GGML_TENSOR_BINARY_OP_LOCALS
+    GGML_ASSERT(src1->type == GGML_TYPE_I32);
+    GGML_ASSERT(dst->type == GGML_TYPE_F32 || dst->type == GGML_TYPE_F16);
+    GGML_ASSERT(ne00 % QK_TURBO == 0);
+    const int64_t nbr  = ne00 / QK_TURBO;
+    const int64_t nblk = nbr*ne10*ne11*ne12;
+    if (nblk == 0) {
+        return;
+    }
+    cudaStream_t stream = ctx.stream();
+    const dim3 grid = turbo_grid(nblk);
+    const dim3 block(TURBO_WARPS_PER_BLOCK*WARP_SIZE);
+    const int bs = (int) ggml_type_size(src0->type);
+#define TURBO_GR_ARGS (const char *) src0->data, (const int32_t *) src1->data, (char *) dst->data, nblk, nbr, ne10, ne11, \
+        nb01, nb02, nb03, (int64_t) (nb10/4), (int64_t) (nb11/4), (int64_t) (nb12/4), nb1, nb2, nb3, bs
+    if (dst->type == GGML_TYPE_F32) {
+        if (src0->type == GGML_TYPE_TURBO3) k_turbo_get_rows<float, 3><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
+        else                                k_turbo_get_rows<float, 2><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
+    } else {
+        if (src0->type == GGML_TYPE_TURBO3) k_turbo_get_rows<half, 3><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
+        else                                k_turbo_get_rows<half, 2><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
+    }
+#undef TURBO_GR_ARGS
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- to_fp16 / to_fp32 (contiguous and non-contiguous) --------------------------------------------
+
+template <typename dst_t, int bits>
+static __global__ void k_turbo_dequant(const char * __restrict__ x, dst_t * __restrict__ y, const int64_t nblk,
+        const int64_t nbr, const int64_t ne01, const int64_t ne02, const int64_t s01, const int64_t s02, const int64_t s03, const int bs) {
+    const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (wid >= nblk) {
+        return;
+    }
+    int64_t r = wid / nbr;
+    const int64_t ib  = wid - r*nbr;
+    const int64_t i01 = r % ne01; r /= ne01;
+    const int64_t i02 = r % ne02;
+    const int64_t i03 = r / ne02;
+    float v[4];
+    turbo_warp_decode<bits>((const uint8_t *) (x + (i01*s01 + i02*s02 + i03*s03 + ib)*bs), v, lane);
+    dst_t * yb = y + wid*QK_TURBO;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        yb[lane + 32*k] = turbo_from_f32<dst_t>(v[k]);
+    }
+}
+
+template <typename dst_t, int bits>
+static void turbo_dequant_nc_cuda(const void * x, dst_t * y, int64_t ne00, int64_t ne01, int64_t ne02, int64_t ne03,
+        int64_t s01, int64_t s02, int64_t s03, cudaStream_t stream) {
+    GGML_ASSERT(ne00 % QK_TURBO == 0);
+    const int64_t nbr  = ne00 / QK_TURBO;
+    const int64_t nblk = nbr*ne01*ne02*ne03;
+    if (nblk == 0) {
+        return;
+    }
+    const int bs = bits == 3 ? (int) sizeof(block_turbo3) : (int) sizeof(block_turbo2);
+    k_turbo_dequant<dst_t, bits><<<turbo_grid(nblk), TURBO_WARPS_PER_BLOCK*WARP_SIZE, 0, stream>>>(
+        (const char *) x, y, nblk, nbr, ne01, ne02, s01, s02, s03, bs);
+}
+
+template <typename dst_t, int bits>
+static void turbo_dequant_cuda(const void * x, dst_t * y, int64_t k, cudaStream_t stream) {
+    GGML_ASSERT(k % QK_TURBO == 0);
+    const int64_t nb = k / QK_TURBO;
+    // one row of nb blocks: s01 unused
+    turbo_dequant_nc_cuda<dst_t, bits>(x, y, k, 1, 1, 1, nb, nb, nb, stream);
+}
+
+to_fp16_cuda_t ggml_cuda_turbo_get_to_fp16(ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_TURBO3: return turbo_dequant_cuda<half, 3>;
+        case GGML_TYPE_TURBO2: return turbo_dequant_cuda<half, 2>;
+        default: return nullptr;
+    }
+}
+to_fp32_cuda_t ggml_cuda_turbo_get_to_fp32(ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_TURBO3: return turbo_dequant_cuda<float, 3>;
+        case GGML_TYPE_TURBO2: return turbo_dequant_cuda<float, 2>;
+        default: return nullptr;
+    }
+}
+to_fp16_nc_cuda_t ggml_cuda_turbo_get_to_fp16_nc(ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_TURBO3: return turbo_dequant_nc_cuda<half, 3>;
+        case GGML_TYPE_TURBO2: return turbo_dequant_nc_cuda<half, 2>;
+        default: return nullptr;
+    }
+}
+to_fp32_nc_cuda_t ggml_cuda_turbo_get_to_fp32_nc(ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_TURBO3: return turbo_dequant_nc_cuda<float, 3>;
+        case GGML_TYPE_TURBO2: return turbo_dequant_nc_cuda<float, 2>;
+        default: return nullptr;
+    }
+}

@@ -1,0 +1,27 @@
+// turbo-llama: CUDA entry points for the turbo3/turbo2 KV-cache types (kernels in turbo.cu, fattn-turbo*.cu).
+// Included by the hooked upstream files (patches/b11312/*-cuda-*.patch).
+#pragma once
+
+#include "common.cuh"
+#include "convert.cuh"
+
+static inline bool ggml_cuda_is_turbo_type(ggml_type t) {
+    return t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO2;
+}
+
+// write path: SET_ROWS (src0 f32 or f16) into a turbo tensor; CPY f32/f16 -> turbo and turbo -> f32/f16
+void ggml_cuda_turbo_set_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
+void ggml_cuda_turbo_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, ggml_tensor * src1);
+bool ggml_cuda_turbo_cpy_supported(const ggml_tensor * src0, const ggml_tensor * src1);
+
+// read path: GET_ROWS (dst f32 or f16), conversions for ggml_get_to_*_cuda (nullptr for other types)
+void ggml_cuda_turbo_get_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
+to_fp16_cuda_t    ggml_cuda_turbo_get_to_fp16(ggml_type type);
+to_fp32_cuda_t    ggml_cuda_turbo_get_to_fp32(ggml_type type);
+to_fp16_nc_cuda_t ggml_cuda_turbo_get_to_fp16_nc(ggml_type type);
+to_fp32_nc_cuda_t ggml_cuda_turbo_get_to_fp32_nc(ggml_type type);
+
+// flash attention decode (Q->ne[1] <= GGML_CUDA_TURBO_FA_MAX_BATCH) with turbo K and/or V, in the rotated domain
+#define GGML_CUDA_TURBO_FA_MAX_BATCH 8
+bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst);
+void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
