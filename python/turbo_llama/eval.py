@@ -160,6 +160,7 @@ def run_eval(*, model_path: Path | None, types: list[str], ctx: int, chunks: int
     bar = tqdm(total=total, desc="eval", unit="step", disable=not progress, dynamic_ncols=True)
     t_start = time.monotonic()
     try:
+        unsupported: set[str] = set()
         # ---------------------------------------------------------------- perplexity + KLD
         if not skip_ppl:
             work = Path(tempfile.mkdtemp(prefix="kld-", dir=out))
@@ -179,7 +180,9 @@ def run_eval(*, model_path: Path | None, types: list[str], ctx: int, chunks: int
                     try:
                         r = run_ppl(cmd, logs / f"ppl-{t}.log", t)
                     except (ToolError, OSError) as e:
-                        res["errors"][t] = str(e)
+                        res["errors"][t] = f"perplexity: {e}"
+                        if isinstance(e, UnsupportedCacheType):
+                            unsupported.add(t)
                         bar.write(f"[{t}] perplexity: {e}")
                         r = None
                     dt = time.monotonic() - t0
@@ -203,6 +206,9 @@ def run_eval(*, model_path: Path | None, types: list[str], ctx: int, chunks: int
             n_ctx = max(niah_lengths) + _niah.N_PREDICT + 64
             cells: list[_niah.Cell] | None = None
             for t in types:
+                if t in unsupported:  # already known: do not start a server just to hear it again
+                    bar.update(n_cells)
+                    continue
                 bar.set_description(f"NIAH {t}: starting llama-server")
                 args = ["-c", str(n_ctx), "-fa", "on", "-ctk", t, "-ctv", t, "-np", "1", "-lv", "4",
                         "--no-webui", *bargs]
@@ -217,7 +223,8 @@ def run_eval(*, model_path: Path | None, types: list[str], ctx: int, chunks: int
                         msg = f"llama-server failed to start: {e}: " + " | ".join(log.strip().splitlines()[-3:])
                     except UnsupportedCacheType as u:
                         msg = str(u)
-                    res["errors"][t] = (res["errors"].get(t, "") + "; " if t in res["errors"] else "") + msg
+                    msg = f"NIAH: {msg}"
+                    res["errors"][t] = (res["errors"][t] + "; " if t in res["errors"] else "") + msg
                     bar.write(f"[{t}] NIAH: {msg}")
                     res["commands"].append({"step": f"niah:{t}", "cmd": shlex.join(srv.cmd)})
                     bar.update(n_cells)

@@ -20,7 +20,7 @@ def niah_png(results: dict, path: Path) -> Path | None:
     lengths = sorted({c["length"] for c in cells})
     depths = sorted({c["depth"] for c in cells})
     n = len(per_type)
-    fig, axes = plt.subplots(1, n, figsize=(2.2 + 1.0 * len(depths) * n * 0.55 + 1, 0.6 * len(lengths) + 2.0),
+    fig, axes = plt.subplots(1, n, figsize=(max(7.0, 1.2 + n * (0.6 + 0.5 * len(depths))), 0.55 * len(lengths) + 2.2),
                              squeeze=False, sharey=True)
     cmap = ListedColormap(["#d9534f", "#5cb85c"])
     cmap.set_bad("#dddddd")
@@ -42,8 +42,8 @@ def niah_png(results: dict, path: Path) -> Path | None:
                 if not np.isnan(grid[i, j]):
                     ax.text(j, i, "✓" if grid[i, j] else "✗", ha="center", va="center", fontsize=9, color="white")
     axes[0][0].set_ylabel("context length (tokens)")
-    fig.suptitle(f"Needle in a haystack: {Path(results.get('model', {}).get('path', '')).name}  "
-                 "(green = key recovered)", fontsize=10)
+    fig.suptitle(f"Needle in a haystack, {Path(results.get('model', {}).get('path', '')).name}\n"
+                 "green: key recovered, red: missed, grey: not run", fontsize=9)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)

@@ -1,0 +1,169 @@
+"""`turbo-llama bench`: llama-bench prompt processing / generation speed per KV-cache type and depth.
+
+Outputs (in --out): bench.json (raw llama-bench records + commands), bench.md (t/s and ratio to
+f16), bench.png (t/s vs depth, one line per type; pp and tg panels).
+"""
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import os
+import shlex
+import subprocess
+import sys
+from pathlib import Path
+
+import click
+
+from . import model as _model
+from . import plots
+from .llama_tools import (DEFAULT_TYPES, ToolError, UnsupportedCacheType, check_unsupported, find_tool,
+                          tool_version)
+from .shapes import RANDOM_WEIGHTS_WARNING, SHAPES, shape_gguf
+
+
+def bench_cmd(exe: Path, model: Path, cache_type: str, depths: list[int], p: int, n: int, backend: str,
+              threads: int, reps: int, repack: bool) -> list[str]:
+    cmd = [str(exe), "-m", str(model), "-fa", "1", "-ctk", cache_type, "-ctv", cache_type,
+           "-d", ",".join(map(str, depths)), "-p", str(p), "-n", str(n), "-r", str(reps),
+           "-ngl", "99" if backend == "cuda" else "0", "-t", str(threads), "-o", "json"]
+    if not repack:
+        cmd += ["--repack", "0"]
+    return cmd
+
+
+def parse_bench_json(text: str) -> list[dict]:
+    """llama-bench -o json records → rows {type, test ('pp'/'tg'), label, n, depth, tps, tps_std}."""
+    start = text.find("[")
+    if start < 0:
+        raise ValueError("no JSON array in llama-bench output")
+    recs = json.loads(text[start: text.rindex("]") + 1])
+    rows = []
+    for r in recs:
+        test = "pp" if r["n_prompt"] > 0 and r["n_gen"] == 0 else "tg" if r["n_gen"] > 0 and r["n_prompt"] == 0 else "pg"
+        n = r["n_prompt"] if test == "pp" else r["n_gen"]
+        rows.append({"type": r["type_k"] if r["type_k"] == r["type_v"] else f'{r["type_k"]}/{r["type_v"]}',
+                     "test": test, "label": f"{test}{n}", "n": n, "depth": r.get("n_depth", 0),
+                     "tps": r["avg_ts"], "tps_std": r.get("stddev_ts")})
+    return rows
+
+
+def render_table(rows: list[dict], types: list[str]) -> str:
+    keys = sorted({(r["test"], r["label"], r["depth"]) for r in rows}, key=lambda k: (k[0] != "pp", k[2]))
+    by = {(r["type"], r["test"], r["depth"]): r for r in rows}
+    present = [t for t in types if any(r["type"] == t for r in rows)]
+    head = "| test | depth | " + " | ".join(f"{t} t/s" + ("" if t == "f16" else " (×f16)") for t in present) + " |"
+    lines = [head, "|" + "---|" * (2 + len(present))]
+    for test, label, depth in keys:
+        base = by.get(("f16", test, depth))
+        cells = []
+        for t in present:
+            r = by.get((t, test, depth))
+            if r is None:
+                cells.append("–")
+            elif t == "f16" or base is None:
+                cells.append(f"{r['tps']:.2f}")
+            else:
+                cells.append(f"{r['tps']:.2f} ({r['tps'] / base['tps']:.3f})")
+        lines.append(f"| {label} | {depth} | " + " | ".join(cells) + " |")
+    return "\n".join(lines)
+
+
+def run_bench(*, model_path: Path, random_shape: str | None, types: list[str], depths: list[int], p: int,
+              n: int, backend: str, threads: int, reps: int, repack: bool, out: Path,
+              progress: bool = True) -> dict:
+    from tqdm import tqdm
+
+    out.mkdir(parents=True, exist_ok=True)
+    exe = find_tool("llama-bench")
+    res = {"started": _dt.datetime.now().isoformat(timespec="seconds"),
+           "llama_bench": {"path": str(exe), "version": tool_version(exe)},
+           "model": {"path": str(model_path), "random_weights": bool(random_shape), "shape": random_shape},
+           "settings": {"types": types, "depths": depths, "p": p, "n": n, "backend": backend,
+                        "threads": threads, "repetitions": reps, "repack": repack},
+           "commands": [], "rows": [], "raw": {}, "errors": {}}
+    if random_shape:
+        res["warning"] = RANDOM_WEIGHTS_WARNING.format(name=SHAPES[random_shape].note or random_shape)
+    bar = tqdm(total=len(types), desc="bench", disable=not progress, dynamic_ncols=True)
+    try:
+        for t in types:
+            bar.set_description(f"llama-bench {t} (depths {','.join(map(str, depths))})")
+            cmd = bench_cmd(exe, model_path, t, depths, p, n, backend, threads, reps, repack)
+            res["commands"].append({"type": t, "cmd": shlex.join(cmd)})
+            r = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+            (out / f"llama-bench-{t}.log").write_text(r.stderr)
+            try:
+                check_unsupported(r.stdout + r.stderr, t)
+                if r.returncode != 0:
+                    raise ToolError(f"llama-bench failed ({r.returncode}): "
+                                    + " | ".join(r.stderr.strip().splitlines()[-3:]))
+                rows = parse_bench_json(r.stdout)
+                res["raw"][t] = json.loads(r.stdout[r.stdout.find("["):])
+                res["rows"] += rows
+            except (ToolError, ValueError) as e:
+                res["errors"][t] = str(e)
+                bar.write(f"[{t}] {e}")
+            (out / "bench.json").write_text(json.dumps(res, indent=1))
+            bar.update(1)
+    finally:
+        bar.close()
+        res["finished"] = _dt.datetime.now().isoformat(timespec="seconds")
+        (out / "bench.json").write_text(json.dumps(res, indent=1))
+        md = [f"# turbo-llama bench — {Path(model_path).name}", ""]
+        if random_shape:
+            md += [f"**{res['warning']}**", ""]
+        md += [f"backend {backend}, threads {threads}, -fa 1, {reps} repetitions; "
+               f"{exe.name}: {res['llama_bench']['version']}", "", render_table(res["rows"], types), ""]
+        if res["errors"]:
+            md += ["## Errors", ""] + [f"- **{t}**: {m}" for t, m in res["errors"].items()] + [""]
+        (out / "bench.md").write_text("\n".join(md))
+        title = Path(model_path).name + ("  (RANDOM WEIGHTS: speed only)" if random_shape else "")
+        plots.bench_png(res["rows"], out / "bench.png", title=title)
+    return res
+
+
+@click.command("bench")
+@click.option("--model", "model_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="GGUF model (default: the eval model)")
+@click.option("--shape", type=click.Choice(sorted(SHAPES)), default=None,
+              help="generate a RANDOM-weight GGUF of this real model shape (speed only)")
+@click.option("--types", default=",".join(DEFAULT_TYPES), show_default=True)
+@click.option("--depths", default="0,8192,32768,131072", show_default=True)
+@click.option("--backend", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True)
+@click.option("-p", "n_prompt", type=int, default=512, show_default=True)
+@click.option("-n", "n_gen", type=int, default=128, show_default=True)
+@click.option("-r", "--repetitions", "reps", type=int, default=3, show_default=True)
+@click.option("--threads", type=int, default=os.cpu_count() or 1, show_default=True)
+@click.option("--repack/--no-repack", default=None, help="CPU weight repacking (default: off on cpu)")
+@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="output directory [results/bench-YYYYmmdd-HHMMSS]")
+def bench_command(model_path, shape, types, depths, backend, n_prompt, n_gen, reps, threads, repack, out):
+    """Speed of each KV-cache type with llama-bench (pp and tg at several depths), ratios to f16."""
+    if model_path and shape:
+        raise click.UsageError("--model and --shape are exclusive")
+    type_list = [t.strip() for t in types.split(",") if t.strip()]
+    if "f16" in type_list:
+        type_list = ["f16", *[t for t in type_list if t != "f16"]]
+    depth_list = [int(d) for d in depths.split(",") if d.strip()]
+    out = out or Path("results") / f"bench-{_dt.datetime.now():%Y%m%d-%H%M%S}"
+    try:
+        if shape:
+            s = SHAPES[shape]
+            click.echo(f"*** {RANDOM_WEIGHTS_WARNING.format(name=s.note or shape)} ***", err=True)
+            mpath = shape_gguf(shape, _model.cache_root() / "shapes")
+            too_deep = [d for d in depth_list if d + n_prompt > s.n_ctx_train]
+            if too_deep:
+                click.echo(f"note: depths {too_deep} exceed the shape's training context", err=True)
+        else:
+            mpath = model_path or _model.default_model()
+        res = run_bench(model_path=mpath, random_shape=shape, types=type_list, depths=depth_list,
+                        p=n_prompt, n=n_gen, backend=backend, threads=threads, reps=reps,
+                        repack=(backend != "cpu") if repack is None else repack, out=out)
+    except (_model.AssetError, ToolError) as e:
+        raise click.ClickException(str(e))
+    except KeyboardInterrupt:
+        click.echo(f"\ninterrupted; partial results in {out}", err=True)
+        sys.exit(130)
+    click.echo((out / "bench.md").read_text())
+    if shape:
+        click.echo(f"*** {res['warning']} ***", err=True)
