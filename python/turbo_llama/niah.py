@@ -88,6 +88,9 @@ def build_cells(haystack: str, lengths: Sequence[int], depths: Sequence[float],
         if budget < 16:
             raise ValueError(f"NIAH length {length} is too small for the prompt ({fixed} tokens)")
         hay = detokenize(hay_tokens[:budget]).strip()
+        ends = [m.end() for m in re.finditer(r"[.;:?!](?=\s|$)", hay)]
+        if ends and ends[-1] > len(hay) // 2:
+            hay = hay[: ends[-1]]  # end on a whole sentence (a needle at depth 1.0 follows one)
         for depth in depths:
             key = make_key(rng)
             pos = _boundary(hay, int(round(depth * len(hay))))

@@ -22,8 +22,7 @@ def niah_png(results: dict, path: Path) -> Path | None:
     n = len(per_type)
     fig, axes = plt.subplots(1, n, figsize=(max(7.0, 1.2 + n * (0.6 + 0.5 * len(depths))), 0.55 * len(lengths) + 2.2),
                              squeeze=False, sharey=True)
-    cmap = ListedColormap(["#d9534f", "#5cb85c"])
-    cmap.set_bad("#dddddd")
+    cmap = ListedColormap(["#d9534f", "#5cb85c"]).with_extremes(bad="#dddddd")
     for ax, t in zip(axes[0], per_type):
         grid = np.full((len(lengths), len(depths)), np.nan)
         found = (results.get("niah_results") or {}).get(t) or {}

@@ -1,0 +1,67 @@
+"""turbo-llama bench: llama-bench JSON parsing, the table, random-shape GGUFs, a tiny real run."""
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import numpy as np
+import pytest
+
+from turbo_llama.bench import parse_bench_json, render_table
+from turbo_llama.shapes import SHAPES, Shape, write_random_gguf
+
+DATA = Path(__file__).parent / "data"
+
+
+def test_parse_real_llama_bench_json():
+    rows = parse_bench_json((DATA / "llama_bench_tiny_f16.json").read_text())
+    assert {(r["test"], r["depth"]) for r in rows} == {("pp", 0), ("pp", 256), ("tg", 0), ("tg", 256)}
+    assert all(r["type"] == "f16" and r["tps"] > 0 for r in rows)
+    assert {r["label"] for r in rows} == {"pp32", "tg8"}
+
+
+def test_table_ratios_to_f16():
+    rows = [{"type": t, "test": "tg", "label": "tg128", "depth": 0, "tps": v}
+            for t, v in (("f16", 100.0), ("turbo3", 80.0))]
+    md = render_table(rows, ["f16", "turbo3", "turbo2"])
+    assert "100.00" in md and "80.00 (0.800)" in md and "turbo2" not in md
+
+
+def test_shapes_are_real_model_shapes():
+    s = SHAPES["llama8b"]
+    assert (s.n_layer, s.n_embd, s.n_head, s.n_head_kv, s.head_dim, s.n_ff, s.n_vocab) == \
+        (32, 4096, 32, 8, 128, 14336, 128256)
+    assert SHAPES["tiny"].head_dim == 128
+
+
+def test_random_gguf_reads_back_without_nan(tmp_path):
+    import gguf
+    shape = Shape("t", 1, 256, 2, 1, 128, 512, 300, 1024)
+    p = write_random_gguf(shape, tmp_path / "t.gguf")
+    r = gguf.GGUFReader(str(p))
+    names = {t.name: t for t in r.tensors}
+    assert names["blk.0.attn_k.weight"].shape.tolist() == [256, 128]   # ggml order: n_in, n_out
+    q = names["blk.0.ffn_down.weight"]
+    assert q.tensor_type == gguf.GGMLQuantizationType.Q4_0
+    vals = gguf.dequantize(q.data, q.tensor_type)
+    assert np.isfinite(vals).all() and 0 < np.abs(vals).max() < 1
+    assert len(r.fields["tokenizer.ggml.tokens"].data) == 300
+
+
+@pytest.mark.slow
+def test_tiny_shape_runs_in_llama_bench(tmp_path, llama_tool, monkeypatch):
+    """Generate the tiny GGUF and run llama-bench on it for f16 (parsing only, no timing threshold)."""
+    from turbo_llama.bench import run_bench
+    from turbo_llama.shapes import shape_gguf
+    llama_tool("llama-bench")
+    gg = shape_gguf("tiny", tmp_path)
+    res = run_bench(model_path=gg, random_shape="tiny", types=["f16"], depths=[0, 64], p=32, n=8,
+                    backend="cpu", threads=2, reps=1, repack=False, out=tmp_path / "out", progress=False)
+    assert not res["errors"], res["errors"]
+    got = {(r["test"], r["depth"]) for r in res["rows"]}
+    assert got == {("pp", 0), ("pp", 64), ("tg", 0), ("tg", 64)}
+    assert all(r["tps"] > 0 for r in res["rows"])
+    saved = json.loads((tmp_path / "out" / "bench.json").read_text())
+    assert saved["model"]["random_weights"] and "RANDOM" in saved["warning"]
+    assert "RANDOM" in (tmp_path / "out" / "bench.md").read_text()
+    assert (tmp_path / "out" / "bench.png").stat().st_size > 0
