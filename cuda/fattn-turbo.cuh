@@ -14,7 +14,7 @@
 #include "turbo.cuh"
 
 #define TURBO_FA_THREADS 128
-#define TURBO_FA_TILE    128
+#define TURBO_FA_TILE    32   // keys per tile: 4 threads per key in the scores phase, one lane per key in the softmax
 
 template <ggml_type type> struct turbo_fa_stage;
 template <> struct turbo_fa_stage<GGML_TYPE_TURBO3> { static constexpr int qsw = 12; static constexpr int bs = 50; static constexpr int bits = 3; };
@@ -80,6 +80,12 @@ static __device__ __forceinline__ int turbo_fa_code(const uint32_t * w, const in
     return c;
 }
 
+// q layout in shared memory: every 32-value quarter of a 128-block is padded by 4 floats, so that the
+// 4 threads of one key (one quarter each) read 4 different bank groups
+template <int D> static __device__ __forceinline__ int turbo_fa_qidx(const int r, const int e) {
+    return r*(D + D/8) + e + (e >> 5)*4;
+}
+
 template <int D, ggml_type type_K, ggml_type type_V, int NCOLS>
 __launch_bounds__(TURBO_FA_THREADS)
 static __global__ void k_turbo_fattn(const turbo_fa_params p) {
@@ -92,16 +98,20 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
     constexpr int VWORDS = V_turbo ? TURBO_FA_TILE*VSTRIDE : 1;
     constexpr int KNORMS = K_turbo ? TURBO_FA_TILE*NB : 1;
     constexpr int VNORMS = V_turbo ? TURBO_FA_TILE*NB : 1;
+    constexpr int NPB = V_turbo ? NB : 1;   // p (times the V norm of each 128-block when V is turbo)
+    constexpr int QSTRIDE = D + D/8;
 
-    __shared__ float4   q_sh4[NCOLS*D/4];
+    __shared__ float4   q_sh4[NCOLS*QSTRIDE/4];
     __shared__ uint32_t kw_sh[KWORDS];
     __shared__ uint32_t vw_sh[VWORDS];
     __shared__ float    kn_sh[KNORMS];
     __shared__ float    vn_sh[VNORMS];
-    __shared__ float4   P_sh4[TURBO_FA_TILE*NCOLS/4];
+    __shared__ float4   P_sh4[NPB*TURBO_FA_TILE*NCOLS/4];
+    __shared__ float    S_tile[TURBO_FA_TILE*NCOLS];
     __shared__ float    M_sh[NCOLS], S_sh[NCOLS], A_sh[NCOLS], slope_sh[NCOLS];
     __shared__ int      row_j_sh[NCOLS];
-    __shared__ float    ctabK[8], ctabV[8];
+    __shared__ float2   pairK[64];
+    __shared__ float    ctabV[8];
 
     float * q_sh = (float *) q_sh4;
     float * P_sh = (float *) P_sh4;
@@ -116,9 +126,17 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
     const int iq3   = blockIdx.z;
     const int R     = p.gqa*p.n_q;
 
+    if (tid < 64) {
+        // centroid pairs of two consecutive values: index = lo bits (2+2) | hi bits (1+1) << 4
+        constexpr int kb = turbo_fa_stage<type_K>::bits;
+        if (kb == 3) {
+            const int lo = tid & 15, hi = tid >> 4;
+            pairK[tid] = make_float2(turbo_d_c3[(lo & 3) | ((hi & 1) << 2)], turbo_d_c3[(lo >> 2) | ((hi >> 1) << 2)]);
+        } else if (kb == 2) {
+            pairK[tid] = make_float2(turbo_d_c2[tid & 3], turbo_d_c2[(tid >> 2) & 3]);
+        }
+    }
     if (tid < 8) {
-        if (turbo_fa_stage<type_K>::bits == 3) ctabK[tid] = turbo_d_c3[tid];
-        if (turbo_fa_stage<type_K>::bits == 2) ctabK[tid] = turbo_d_c2[tid & 3];
         if (turbo_fa_stage<type_V>::bits == 3) ctabV[tid] = turbo_d_c3[tid];
         if (turbo_fa_stage<type_V>::bits == 2) ctabV[tid] = turbo_d_c2[tid & 3];
     }
@@ -144,7 +162,7 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
                 v = -v;
             }
         }
-        q_sh[it] = v;
+        q_sh[turbo_fa_qidx<D>(r, d)] = v;
     }
     __syncthreads();
     if (K_turbo) {
@@ -152,15 +170,17 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
 #pragma unroll
         for (int h = 1; h < QK_TURBO; h *= 2) {
             for (int it = tid; it < NCOLS*D/2; it += TURBO_FA_THREADS) {
-                const int blk = it / (QK_TURBO/2), pp = it % (QK_TURBO/2);
+                const int r = it / (D/2), q = it % (D/2);
+                const int blk = q / (QK_TURBO/2), pp = q % (QK_TURBO/2);
                 const int i = blk*QK_TURBO + (pp / h)*2*h + pp % h;
-                const float a = q_sh[i], b = q_sh[i + h];
-                q_sh[i] = a + b;
-                q_sh[i + h] = a - b;
+                const int ia = turbo_fa_qidx<D>(r, i), ib = turbo_fa_qidx<D>(r, i + h);
+                const float a = q_sh[ia], b = q_sh[ib];
+                q_sh[ia] = a + b;
+                q_sh[ib] = a - b;
             }
             __syncthreads();
         }
-        for (int it = tid; it < NCOLS*D; it += TURBO_FA_THREADS) {
+        for (int it = tid; it < NCOLS*QSTRIDE; it += TURBO_FA_THREADS) {
             q_sh[it] *= TURBO_CUDA_INV_SQRT_QK;
         }
         __syncthreads();
@@ -182,110 +202,113 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
     const int t_begin = split*p.tiles_per_split;
     const int t_end   = min(n_tiles, t_begin + p.tiles_per_split);
 
+    const int kq = tid >> 2;   // key of this thread in the scores phase
+    const int qq = tid & 3;    // quarter (32 values) of each 128-block it handles
+
     for (int t = t_begin; t < t_end; ++t) {
         const int k0 = t*TURBO_FA_TILE;
         if (K_turbo) turbo_fa_stage_tile<type_K, NB>(Kb, p.nb11, k0, p.n_kv, kw_sh, kn_sh);
         if (V_turbo) turbo_fa_stage_tile<type_V, NB>(Vb, p.nb21, k0, p.n_kv, vw_sh, vn_sh);
         __syncthreads();
 
-        // ---- scores: thread tid -> key k0 + tid
+        // ---- scores: 4 threads per key, one quarter of every 128-block each
         {
-            const int k = k0 + tid;
+            const int k = k0 + kq;
             float s[NCOLS];
 #pragma unroll
             for (int r = 0; r < NCOLS; ++r) s[r] = 0.0f;
             if (k < p.n_kv) {
-                if constexpr (K_turbo) {
-                    constexpr int bits = turbo_fa_stage<type_K>::bits;
-                    const uint32_t * w0 = kw_sh + tid*KSTRIDE;
 #pragma unroll
-                    for (int b = 0; b < NB; ++b) {
-                        const uint32_t * w = w0 + b*KQSW;
-                        float bs[NCOLS];
+                for (int b = 0; b < NB; ++b) {
+                    float bs[NCOLS];
 #pragma unroll
-                        for (int r = 0; r < NCOLS; ++r) bs[r] = 0.0f;
-#pragma unroll 2
-                        for (int i4 = 0; i4 < QK_TURBO/4; ++i4) {
-                            float c[4];
+                    for (int r = 0; r < NCOLS; ++r) bs[r] = 0.0f;
+                    const int e0 = b*QK_TURBO + qq*32;
+                    if constexpr (K_turbo) {
+                        constexpr int bits = turbo_fa_stage<type_K>::bits;
+                        const uint32_t * w = kw_sh + kq*KSTRIDE + b*KQSW;
+                        const uint32_t lo0 = w[2*qq], lo1 = w[2*qq + 1];
+                        const uint32_t hi  = bits == 3 ? w[8 + qq] : 0u;
 #pragma unroll
-                            for (int l = 0; l < 4; ++l) c[l] = ctabK[turbo_fa_code<bits>(w, 4*i4 + l)];
+                        for (int j = 0; j < 16; ++j) {
+                            const uint32_t lo = j < 8 ? lo0 : lo1;
+                            int idx = (lo >> (4*(j & 7))) & 15;
+                            if (bits == 3) {
+                                idx |= ((hi >> (2*j)) & 3) << 4;
+                            }
+                            const float2 c = pairK[idx];
 #pragma unroll
                             for (int r = 0; r < NCOLS; ++r) {
-                                const float4 qv = q_sh4[(r*D + b*QK_TURBO)/4 + i4];
-                                bs[r] += qv.x*c[0] + qv.y*c[1] + qv.z*c[2] + qv.w*c[3];
+                                const float2 qv = *(const float2 *) (q_sh + turbo_fa_qidx<D>(r, e0 + 2*j));
+                                bs[r] += qv.x*c.x + qv.y*c.y;
                             }
                         }
-                        const float n = kn_sh[tid*NB + b];
+                        const float n = kn_sh[kq*NB + b];
 #pragma unroll
                         for (int r = 0; r < NCOLS; ++r) s[r] += bs[r]*n;
-                    }
-                } else if constexpr (type_K == GGML_TYPE_F16) {
-                    const half2 * kr = (const half2 *) (Kb + (int64_t) k*p.nb11);
+                    } else if constexpr (type_K == GGML_TYPE_F16) {
+                        const half2 * kr = (const half2 *) (Kb + (int64_t) k*p.nb11) + e0/2;
 #pragma unroll 4
-                    for (int i2 = 0; i2 < D/2; ++i2) {
-                        const float2 kv = __half22float2(kr[i2]);
+                        for (int j = 0; j < 16; ++j) {
+                            const float2 kv = __half22float2(kr[j]);
 #pragma unroll
-                        for (int r = 0; r < NCOLS; ++r) {
-                            s[r] += q_sh[r*D + 2*i2]*kv.x + q_sh[r*D + 2*i2 + 1]*kv.y;
+                            for (int r = 0; r < NCOLS; ++r) {
+                                const float2 qv = *(const float2 *) (q_sh + turbo_fa_qidx<D>(r, e0 + 2*j));
+                                bs[r] += qv.x*kv.x + qv.y*kv.y;
+                            }
                         }
-                    }
-                } else { // Q8_0
-                    const block_q8_0 * kr = (const block_q8_0 *) (Kb + (int64_t) k*p.nb11);
-                    for (int ib = 0; ib < D/QK8_0; ++ib) {
-                        const float dd = __half2float(kr[ib].d);
-                        float bs[NCOLS];
 #pragma unroll
-                        for (int r = 0; r < NCOLS; ++r) bs[r] = 0.0f;
+                        for (int r = 0; r < NCOLS; ++r) s[r] += bs[r];
+                    } else { // Q8_0: the quarter is exactly one q8_0 block
+                        const block_q8_0 * kr = (const block_q8_0 *) (Kb + (int64_t) k*p.nb11) + e0/QK8_0;
+                        const float dd = __half2float(kr->d);
 #pragma unroll 8
                         for (int i = 0; i < QK8_0; ++i) {
-                            const float kv = (float) kr[ib].qs[i];
+                            const float kv = (float) kr->qs[i];
 #pragma unroll
-                            for (int r = 0; r < NCOLS; ++r) bs[r] += q_sh[r*D + ib*QK8_0 + i]*kv;
+                            for (int r = 0; r < NCOLS; ++r) bs[r] += q_sh[turbo_fa_qidx<D>(r, e0 + i)]*kv;
                         }
 #pragma unroll
                         for (int r = 0; r < NCOLS; ++r) s[r] += bs[r]*dd;
                     }
                 }
-#pragma unroll
-                for (int r = 0; r < NCOLS; ++r) {
-                    float v = s[r];
-                    if (p.logit_softcap != 0.0f) {
-                        v = p.logit_softcap*tanhf(v/p.logit_softcap);
-                    }
-                    if (maskb) {
-                        v += slope_sh[r]*__half2float(maskb[(int64_t) row_j_sh[r]*(p.nb31/sizeof(half)) + k]);
-                    }
-                    s[r] = v;
-                }
-            } else {
-#pragma unroll
-                for (int r = 0; r < NCOLS; ++r) s[r] = -INFINITY;
             }
 #pragma unroll
-            for (int r = 0; r < NCOLS; ++r) P_sh[tid*NCOLS + r] = s[r];
+            for (int r = 0; r < NCOLS; ++r) {
+                s[r] += __shfl_xor_sync(0xffffffff, s[r], 1);
+                s[r] += __shfl_xor_sync(0xffffffff, s[r], 2);
+            }
+            if (qq == 0) {
+#pragma unroll
+                for (int r = 0; r < NCOLS; ++r) {
+                    float v = -INFINITY;
+                    if (k < p.n_kv) {
+                        v = s[r];
+                        if (p.logit_softcap != 0.0f) {
+                            v = p.logit_softcap*tanhf(v/p.logit_softcap);
+                        }
+                        if (maskb) {
+                            v += slope_sh[r]*__half2float(maskb[(int64_t) row_j_sh[r]*(p.nb31/sizeof(half)) + k]);
+                        }
+                    }
+                    S_tile[kq*NCOLS + r] = v;
+                }
+            }
         }
         __syncthreads();
 
-        // ---- online softmax: warp w handles rows w, w + 4
+        // ---- online softmax: warp w handles rows w, w + 4; lane = key
         for (int r = warp; r < NCOLS; r += TURBO_FA_THREADS/WARP_SIZE) {
-            float v[TURBO_FA_TILE/WARP_SIZE];
-            float mx = -INFINITY;
-#pragma unroll
-            for (int l = 0; l < TURBO_FA_TILE/WARP_SIZE; ++l) {
-                v[l] = P_sh[(lane + WARP_SIZE*l)*NCOLS + r];
-                mx = fmaxf(mx, v[l]);
-            }
-            mx = warp_reduce_max(mx);
+            const float v = S_tile[lane*NCOLS + r];
+            const float mx = warp_reduce_max(v);
             const float M_old = M_sh[r];
             const float M_new = fmaxf(M_old, mx);
-            float sum = 0.0f;
+            const float e = M_new == -INFINITY ? 0.0f : expf(v - M_new);
+            const float sum = warp_reduce_sum(e);
 #pragma unroll
-            for (int l = 0; l < TURBO_FA_TILE/WARP_SIZE; ++l) {
-                const float e = M_new == -INFINITY ? 0.0f : expf(v[l] - M_new);
-                sum += e;
-                P_sh[(lane + WARP_SIZE*l)*NCOLS + r] = e;
+            for (int b = 0; b < NPB; ++b) {
+                P_sh[(b*TURBO_FA_TILE + lane)*NCOLS + r] = V_turbo ? e*vn_sh[lane*NB + b] : e;
             }
-            sum = warp_reduce_sum(sum);
             if (lane == 0) {
                 const float alpha = M_old == -INFINITY ? 0.0f : expf(M_old - M_new);
                 A_sh[r] = alpha;
@@ -295,7 +318,7 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
         }
         __syncthreads();
 
-        // ---- V: thread tid owns element tid of each 128-block
+        // ---- V: thread tid owns value tid of each 128-block
         {
 #pragma unroll
             for (int r = 0; r < NCOLS; ++r) {
@@ -306,19 +329,17 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
             const int nk = min(TURBO_FA_TILE, p.n_kv - k0);
             if constexpr (V_turbo) {
                 constexpr int bits = turbo_fa_stage<type_V>::bits;
-#pragma unroll 2
+#pragma unroll 4
                 for (int kk = 0; kk < nk; ++kk) {
-                    float pr[NCOLS];
-#pragma unroll
-                    for (int r4 = 0; r4 < NCOLS/4; ++r4) {
-                        const float4 pv = P_sh4[kk*(NCOLS/4) + r4];
-                        pr[4*r4 + 0] = pv.x; pr[4*r4 + 1] = pv.y; pr[4*r4 + 2] = pv.z; pr[4*r4 + 3] = pv.w;
-                    }
 #pragma unroll
                     for (int b = 0; b < NB; ++b) {
-                        const float cn = ctabV[turbo_fa_code<bits>(vw_sh + kk*VSTRIDE + b*VQSW, tid)]*vn_sh[kk*NB + b];
+                        const float c = ctabV[turbo_fa_code<bits>(vw_sh + kk*VSTRIDE + b*VQSW, tid)];
 #pragma unroll
-                        for (int r = 0; r < NCOLS; ++r) acc[b][r] += pr[r]*cn;
+                        for (int r4 = 0; r4 < NCOLS/4; ++r4) {
+                            const float4 pv = P_sh4[((b*TURBO_FA_TILE + kk)*NCOLS)/4 + r4];
+                            acc[b][4*r4 + 0] += pv.x*c; acc[b][4*r4 + 1] += pv.y*c;
+                            acc[b][4*r4 + 2] += pv.z*c; acc[b][4*r4 + 3] += pv.w*c;
+                        }
                     }
                 }
             } else if constexpr (type_V == GGML_TYPE_F16) {
