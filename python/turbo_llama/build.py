@@ -218,6 +218,7 @@ def _run_logged(cmd: list[str], log: Path, cwd: Path, env: dict, bar_desc: str |
     """
     from tqdm import tqdm
     bar = None
+    last_decile = -1
     steps = 0
     no_work = False
     with open(log, "a", buffering=1) as lf:  # line-buffered: the log is always current
@@ -233,7 +234,13 @@ def _run_logged(cmd: list[str], log: Path, cwd: Path, env: dict, bar_desc: str |
                     n, total = int(m.group(1)), int(m.group(2))
                     if WORK_STEP.match(line):
                         steps += 1
-                    if bar_desc and show_progress:
+                    if bar_desc and show_progress and not sys.stderr.isatty():
+                        # logs (CI): a plain line every 10% instead of a redrawn bar
+                        pct = 100 * n // max(total, 1)
+                        if pct // 10 > last_decile:
+                            last_decile = pct // 10
+                            print(f"turbo-llama:   {bar_desc}: {n}/{total} ({pct}%)", file=sys.stderr, flush=True)
+                    elif bar_desc and show_progress:
                         if bar is None:
                             bar = tqdm(total=total, desc=bar_desc, unit="step", file=sys.stderr,
                                        dynamic_ncols=True, mininterval=0.5)
