@@ -78,7 +78,7 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     const int nsm = ggml_cuda_info().devices[id].nsm;
     const int n_tiles = (n_kv + TURBO_FA_TILE - 1) / TURBO_FA_TILE;
     const int blocks_base = nrg*n_head_kv*ne3;
-    const int target = 4*nsm;
+    const int target = 8*nsm;   // enough blocks in flight to hide the latency of the staged loads
     int n_split = std::max(1, std::min(std::max(n_tiles, 1), (target + blocks_base - 1) / blocks_base));
     const int tps = std::max(1, (n_tiles + n_split - 1) / n_split);
     n_split = std::max(1, (n_tiles + tps - 1) / tps);

@@ -71,6 +71,68 @@ static __device__ __forceinline__ void turbo_fa_stage_tile(const char * base, co
     }
 }
 
+// the same staging split in two: global loads into registers (issued one tile ahead, so that their
+// latency overlaps the compute of the current tile), then the stores into shared memory
+template <ggml_type type, int NB>
+struct turbo_fa_pref {
+    static constexpr int QSW = turbo_fa_stage<type>::qsw;
+    static constexpr int NW  = (TURBO_FA_TILE*NB*QSW + TURBO_FA_THREADS - 1) / TURBO_FA_THREADS;
+    uint32_t w[NW];
+    half     n;
+
+    __device__ __forceinline__ void load(const char * base, const int64_t nb1, const int k0, const int n_kv) {
+        constexpr int BS = turbo_fa_stage<type>::bs;
+        const int tid = threadIdx.x;
+#pragma unroll
+        for (int i = 0; i < NW; ++i) {
+            const int it = tid + i*TURBO_FA_THREADS;
+            const int ww = it % QSW;
+            const int kb = it / QSW;
+            const int b  = kb % NB;
+            const int kk = kb / NB;
+            uint32_t val = 0;
+            if (it < TURBO_FA_TILE*NB*QSW && k0 + kk < n_kv) {
+                const uint16_t * p = (const uint16_t *) (base + (int64_t) (k0 + kk)*nb1 + b*BS + 2 + 4*ww);
+                val = (uint32_t) p[0] | ((uint32_t) p[1] << 16);
+            }
+            w[i] = val;
+        }
+        n = __float2half(0.0f);
+        if (tid < TURBO_FA_TILE*NB) {
+            const int b = tid % NB, kk = tid / NB;
+            if (k0 + kk < n_kv) {
+                n = *(const half *) (base + (int64_t) (k0 + kk)*nb1 + b*BS);
+            }
+        }
+    }
+    __device__ __forceinline__ void store(uint32_t * words, float * norms) const {
+        constexpr int STRIDE = QSW*NB + 1;
+        const int tid = threadIdx.x;
+#pragma unroll
+        for (int i = 0; i < NW; ++i) {
+            const int it = tid + i*TURBO_FA_THREADS;
+            if (it < TURBO_FA_TILE*NB*QSW) {
+                const int ww = it % QSW;
+                const int kb = it / QSW;
+                const int b  = kb % NB;
+                const int kk = kb / NB;
+                words[kk*STRIDE + b*QSW + ww] = w[i];
+            }
+        }
+        if (tid < TURBO_FA_TILE*NB) {
+            norms[tid] = __half2float(n);   // index kk*NB + b == tid
+        }
+    }
+};
+template <int NB> struct turbo_fa_pref<GGML_TYPE_F16, NB> {
+    __device__ __forceinline__ void load(const char *, int64_t, int, int) {}
+    __device__ __forceinline__ void store(uint32_t *, float *) const {}
+};
+template <int NB> struct turbo_fa_pref<GGML_TYPE_Q8_0, NB> {
+    __device__ __forceinline__ void load(const char *, int64_t, int, int) {}
+    __device__ __forceinline__ void store(uint32_t *, float *) const {}
+};
+
 template <int bits>
 static __device__ __forceinline__ int turbo_fa_code(const uint32_t * w, const int i) {
     int c = (w[i >> 4] >> ((i & 15)*2)) & 3;
@@ -205,11 +267,22 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
     const int kq = tid >> 2;   // key of this thread in the scores phase
     const int qq = tid & 3;    // quarter (32 values) of each 128-block it handles
 
+    turbo_fa_pref<type_K, NB> prefK;
+    turbo_fa_pref<type_V, NB> prefV;
+    if (t_begin < t_end) {
+        prefK.load(Kb, p.nb11, t_begin*TURBO_FA_TILE, p.n_kv);
+        prefV.load(Vb, p.nb21, t_begin*TURBO_FA_TILE, p.n_kv);
+    }
+
     for (int t = t_begin; t < t_end; ++t) {
         const int k0 = t*TURBO_FA_TILE;
-        if (K_turbo) turbo_fa_stage_tile<type_K, NB>(Kb, p.nb11, k0, p.n_kv, kw_sh, kn_sh);
-        if (V_turbo) turbo_fa_stage_tile<type_V, NB>(Vb, p.nb21, k0, p.n_kv, vw_sh, vn_sh);
+        prefK.store(kw_sh, kn_sh);
+        prefV.store(vw_sh, vn_sh);
         __syncthreads();
+        if (t + 1 < t_end) {
+            prefK.load(Kb, p.nb11, k0 + TURBO_FA_TILE, p.n_kv);
+            prefV.load(Vb, p.nb21, k0 + TURBO_FA_TILE, p.n_kv);
+        }
 
         // ---- scores: 4 threads per key, one quarter of every 128-block each
         {
