@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(ccache jargon-text bible-kjv git)   # ccache: fast rebuilds; texts: eval haystacks
+APT_PACKAGES=(ccache jargon-text bible-kjv git g++)   # ccache: fast rebuilds; texts: eval haystacks
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")
