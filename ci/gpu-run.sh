@@ -2,7 +2,7 @@
 # turbo-llama: the whole GPU run in one go (H200 via the device tool, or any CUDA machine).
 #   ci/gpu-run.sh [build] [test] [bench]      (default: all three; results in $OUT, default /tmp/gpu-out)
 # Needs .devcarry/tree.tar.gz: the stripped upstream tree (b11312) with our overlay + patches applied
-# (made by: git archive of the patched dev tree, minus docs/ models/ media/ and unused backends).
+# (made by ci/make-devcarry.sh from the patched dev tree: git archive minus docs/ models/ media/, unused backends).
 # The current cuda/ sources are copied over the tree's copies, so kernel fixes need no new tarball.
 # Time guard: the benchmark stops starting new runs after ${TL_DEADLINE:-540} s.
 set -u
