@@ -134,3 +134,43 @@ def test_sync_tree_touches_only_changed_files(tmp_path):
     assert (b / "y").read_text() == "changed" and (b / "y").stat().st_mtime_ns > old["y"]
     assert not (b / "d" / "z").exists() and (b / "w").read_text() == "new"
     assert B.sync_tree(a, b) == 0
+
+
+def _procs_mentioning(text: str) -> list[int]:
+    out = []
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                if text in (d / "cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace"):
+                    out.append(int(d.name))
+            except OSError:
+                pass
+    return out
+
+
+def test_sigterm_stops_ninja_too(built):
+    """SIGTERM to turbo-llama alone (not its group): ninja and the compilers stop with it."""
+    import shutil
+    bdir = cache_dir() / "build" / "test-term"
+    shutil.rmtree(bdir, ignore_errors=True)
+    args = [sys.executable, "-m", "turbo_llama", "build", "--build-dir", str(bdir), "--target",
+            "test-quantize-fns", "--no-install", "-j2"]
+    p = subprocess.Popen(args, start_new_session=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    log = bdir / "turbo-build.log"
+    deadline = time.time() + 600
+    while time.time() < deadline and p.poll() is None:
+        if log.is_file() and len(re.findall(r"^\[\d+/\d+\] Building", log.read_text(errors="replace"), re.M)) >= 3:
+            p.send_signal(signal.SIGTERM)
+            break
+        time.sleep(0.05)
+    try:
+        rc = p.wait(timeout=60)
+    finally:
+        if p.poll() is None:
+            os.killpg(p.pid, signal.SIGKILL)
+    assert rc != 0
+    time.sleep(0.5)
+    assert _procs_mentioning(str(bdir)) == []
+    r = subprocess.run(args, text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE, timeout=1800)
+    assert r.returncode == 0, r.stderr[-3000:]
+    shutil.rmtree(bdir, ignore_errors=True)

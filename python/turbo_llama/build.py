@@ -7,6 +7,7 @@ build, and the stamps (configure args, installed.json) are written only after su
 """
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import filecmp
 import hashlib
@@ -18,6 +19,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from collections import deque
 from pathlib import Path
@@ -295,7 +297,7 @@ def build(opts: BuildOptions | None = None) -> BuildResult:
                                "or build without --cuda.")
     cmake, ninja = find_cmake(), find_ninja()
     root = cache_dir()
-    with locked(root):
+    with locked(root), _sigterm_as_exit():
         try:
             return _build_locked(opts, root, cmake, ninja, nvcc)
         except OSError as e:
@@ -303,6 +305,23 @@ def build(opts: BuildOptions | None = None) -> BuildResult:
             if err:
                 raise err from e
             raise
+
+
+@contextlib.contextmanager
+def _sigterm_as_exit():
+    """SIGTERM unwinds like Ctrl-C: ninja is stopped and waited for before the lock is released,
+    so no orphaned compiler keeps writing into a build dir the next run uses."""
+    if threading.current_thread() is not threading.main_thread():
+        yield
+        return
+
+    def handler(signum, frame):
+        raise SystemExit(128 + signum)
+    old = signal.signal(signal.SIGTERM, handler)
+    try:
+        yield
+    finally:
+        signal.signal(signal.SIGTERM, old)
 
 
 def _build_locked(opts: BuildOptions, root: Path, cmake: str, ninja: str, nvcc: str | None) -> BuildResult:
