@@ -163,3 +163,15 @@ def test_plots_written(tmp_path):
     res = _fake_results()
     for f in (plots.niah_png(res, tmp_path / "niah.png"), plots.kld_png(res, tmp_path / "kld.png")):
         assert f is not None and f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_niah_run_order_needle_furthest_first():
+    tok, detok = _ws_tokenizer()
+    cells = niah.build_cells(HAY, [300, 600], [0.1, 0.5, 0.9], tok, detok)
+    order = niah.run_order(cells)
+    assert sorted(order) == list(range(len(cells)))
+    pos = [cells[i].needle_char for i in order]
+    assert pos == sorted(pos, reverse=True)
+    # each later prompt shares its whole text up to its needle with the previous one
+    for a, b in zip(order, order[1:]):
+        assert cells[a].prompt[: cells[b].needle_char] == cells[b].prompt[: cells[b].needle_char]

@@ -211,7 +211,9 @@ def run_eval(*, model_path: Path | None, types: list[str], ctx: int, chunks: int
                     continue
                 bar.set_description(f"NIAH {t}: starting llama-server")
                 args = ["-c", str(n_ctx), "-fa", "on", "-ctk", t, "-ctv", t, "-np", "1", "-lv", "4",
-                        "--no-webui", *bargs]
+                        "--no-webui", "--swa-full", *bargs]
+                # --swa-full: the SWA layers keep the whole context too (same attention mask, same
+                # numbers), so a prompt can reuse the cached KV of the previous one up to its needle
                 srv = LlamaServer(tools["llama-server"], mpath, args, log_path=logs / f"server-{t}.log")
                 t0 = time.monotonic()
                 try:
@@ -240,11 +242,12 @@ def run_eval(*, model_path: Path | None, types: list[str], ctx: int, chunks: int
                         res["niah"] = {"lengths": niah_lengths, "depths": niah_depths,
                                        "n_predict": _niah.N_PREDICT, "seed": _niah.SEED,
                                        "prompts": "niah_prompts.json",
+                                       "run_order": _niah.run_order(cells),
                                        "cells": [c.to_json() for c in cells]}
                     kv = parse_kv_cache(srv.log_text())
                     res.setdefault("niah_kv", {})[t] = kv
                     res["niah_results"][t], res["niah_raw"][t] = {}, []
-                    for c in cells:
+                    for c in (cells[i] for i in _niah.run_order(cells)):
                         bar.set_description(f"NIAH {t}: {c.length} tokens, depth {c.depth:g}")
                         t1 = time.monotonic()
                         r = srv.post("/completion", _niah.completion_request(c.prompt))

@@ -103,6 +103,16 @@ def build_cells(haystack: str, lengths: Sequence[int], depths: Sequence[float],
     return cells
 
 
+def run_order(cells: Sequence[Cell]) -> list[int]:
+    """Indices of the cells, the needle furthest into the (shared) haystack first.
+
+    Every prompt starts with the same intro + haystack text up to its needle, so with prompt
+    caching (llama-server, --swa-full) each cell reuses the previous cell's KV up to its own
+    needle and only processes what follows it. Results do not depend on the order.
+    """
+    return sorted(range(len(cells)), key=lambda i: (-cells[i].needle_char, -cells[i].length))
+
+
 def found(key: str, completion: str) -> bool:
     """The exact key, not as part of a longer number."""
     return re.search(rf"(?<!\d){re.escape(key)}(?!\d)", completion) is not None
