@@ -98,3 +98,11 @@ def test_turbo2_recovers_most_f16_needles(eval_results):
     n_f16 = sum(f16.values())
     n_t2 = sum(1 for k, ok in f16.items() if ok and t2.get(k))
     assert n_t2 >= 0.8 * n_f16, (n_t2, n_f16)
+
+
+def test_kld_base_size_as_predicted(eval_results, model_path):
+    """The f16 base logits file was as large as we budget disk for (and it was deleted)."""
+    from turbo_llama.eval import kld_base_bytes
+    s = eval_results["settings"]
+    got = eval_results["ppl"]["f16"]["kld_base_bytes"]
+    assert abs(got - kld_base_bytes(model_path, s["ctx"], s["chunks"])) < 1024

@@ -11,6 +11,7 @@ import math
 import os
 import platform
 import shlex
+import shutil
 import sys
 import tempfile
 import time
@@ -27,7 +28,7 @@ from .llama_tools import (BITS_PER_VALUE, DEFAULT_TYPES, LlamaServer, ToolError,
 from .perplexity import backend_args, cut_text, ppl_command, run_ppl
 
 QUICK_CTX, QUICK_CHUNKS = 2048, 4
-FULL_CHUNKS = 32
+FULL_CHUNKS = 16  # the KLD base logits of Gemma 3 (262k vocab) are ~0.5 GiB per chunk at c=2048
 
 
 def _csv(s: str, conv=str) -> list:
@@ -167,6 +168,14 @@ def run_eval(*, model_path: Path | None, types: list[str], ctx: int, chunks: int
             base_file = work / "f16-logits.bin"
             try:
                 cut = cut_text(ppl_text, work / "text.txt", ctx, chunks)
+                res["settings"]["ppl_text_cut"] = {"chars": len(cut.read_text()),
+                                                   "sha256": _model.sha256_file(cut)}
+                need = kld_base_bytes(mpath, ctx, chunks)
+                free = shutil.disk_usage(work).free
+                if need and need * 1.1 > free:
+                    raise ToolError(f"the f16 KLD base logits need ~{need / 2**30:.1f} GiB in {work.parent} "
+                                    f"but only {free / 2**30:.1f} GiB are free: use fewer --chunks or "
+                                    "another --out")
                 for t in types:
                     bar.set_description(f"perplexity {t} (c={ctx}, {chunks} chunks)")
                     if t != "f16" and not base_file.exists():
@@ -341,6 +350,24 @@ def eval_command(model_path, types, ctx, chunks, text, niah_lengths, niah_depths
     click.echo((out / "results.md").read_text())
     if res.get("errors"):
         click.echo("some types failed; see Errors above", err=True)
+
+
+def _n_vocab(path: Path) -> int | None:
+    try:
+        import gguf
+        r = gguf.GGUFReader(str(path))
+        return len(r.fields["tokenizer.ggml.tokens"].data)
+    except Exception:  # noqa: BLE001
+        return None
+
+
+def kld_base_bytes(path: Path, ctx: int, chunks: int) -> int | None:
+    """Size of llama-perplexity's --kl-divergence-base file: per chunk, the second half of the
+    context's tokens, each with n_vocab uint16 log-probs (+4 values of header per token)."""
+    n_vocab = _n_vocab(path)
+    if not n_vocab:
+        return None
+    return chunks * (ctx - 1 - ctx // 2) * (2 * ((n_vocab + 1) // 2) + 4) * 2 + ctx * chunks * 4 + 16
 
 
 def _n_ctx_train(path: Path) -> int:
