@@ -1,91 +1,63 @@
 """The built, patched llama.cpp on CPU: ggml agrees with the bindings bit for bit, upstream's own
 test tools cover the new types, and the real default model runs with turbo caches."""
-import ctypes
 import os
 import re
 import subprocess
+from pathlib import Path
 
 import numpy as np
 import pytest
 
 import turbo_llama as tl
 
+ROOT = Path(__file__).resolve().parents[1]
+
 pytestmark = pytest.mark.slow
 
-GGML_TYPE_IDS = {"turbo3": 43, "turbo2": 44}   # patches/b11312/0001: after Q2_0 = 42
 GEMMA_HEAD_DIM = 256
 
 
-def _find_tool(name):
-    try:
-        from turbo_llama.build import find_tool
-        return find_tool(name)
-    except ImportError:
-        import shutil
-        from pathlib import Path
-        d = os.environ.get("TURBO_LLAMA_BIN_DIR")
-        p = Path(d) / name if d else Path(shutil.which(name) or name)
-        if not p.exists():
-            pytest.fail(f"{name} not found: run turbo-llama build")
-        return p
+@pytest.fixture(scope="module")
+def build_info(llama_tool):
+    from turbo_llama.build import installed_info
+    llama_tool("llama-completion")  # skips/fails with the build hint when nothing is built
+    info = installed_info()
+    assert info and Path(info["build_dir"]).is_dir(), "turbo-llama build left no build record"
+    return info
 
 
 @pytest.fixture(scope="module")
-def llama_tool():
-    return _find_tool
+def llama_build_bin(build_info):
+    return lambda name: Path(build_info["build_dir"]) / "bin" / name
 
 
 @pytest.fixture(scope="module")
-def llama_bin_dir():
-    return _find_tool("llama-completion").resolve().parent
-
-
-@pytest.fixture(scope="module")
-def llama_build_bin(llama_bin_dir):
-    return lambda name: llama_bin_dir / name
-
-
-class GgmlTypeTraits(ctypes.Structure):
-    _fields_ = [("type_name", ctypes.c_char_p), ("blck_size", ctypes.c_int64),
-                ("blck_size_interleave", ctypes.c_int64), ("type_size", ctypes.c_size_t),
-                ("is_quantized", ctypes.c_bool), ("to_float", ctypes.c_void_p),
-                ("from_float_ref", ctypes.c_void_p)]
-
-
-@pytest.fixture(scope="module")
-def ggml(llama_bin_dir):
-    candidates = [llama_bin_dir / "libggml-base.so", llama_bin_dir.parent / "lib" / "libggml-base.so"]
-    lib = next((p for p in candidates if p.exists()), None)
-    if lib is None:
-        pytest.fail(f"libggml-base.so not found next to the built tools ({candidates})")
-    g = ctypes.CDLL(str(lib))
-    g.ggml_get_type_traits.restype = ctypes.POINTER(GgmlTypeTraits)
-    g.ggml_get_type_traits.argtypes = [ctypes.c_int]
-    g.ggml_quantize_chunk.restype = ctypes.c_size_t
-    g.ggml_quantize_chunk.argtypes = [ctypes.c_int, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64,
-                                      ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p]
-    return g
+def ggml_roundtrip(build_info, tmp_path_factory):
+    """A small program linked against the built libggml-base.a: the ggml that is in the tools."""
+    build, src = Path(build_info["build_dir"]), Path(build_info["build_src"])
+    libs = sorted(build.rglob("libggml-base.a"))
+    assert libs, f"libggml-base.a not found under {build}"
+    exe = tmp_path_factory.mktemp("ggml") / "ggml_roundtrip"
+    subprocess.run(["g++", "-x", "c", str(ROOT / "tests/c/ggml_roundtrip.c"), "-x", "none",
+                    f"-I{src / 'ggml/include'}", str(libs[0]), "-lm", "-lpthread", "-o", str(exe)], check=True)
+    return exe
 
 
 @pytest.mark.parametrize("t", ["turbo3", "turbo2"])
-def test_bindings_and_ggml_agree_bit_for_bit(ggml, t):
-    tid = GGML_TYPE_IDS[t]
-    traits = ggml.ggml_get_type_traits(tid).contents
-    assert traits.type_name.decode() == t
-    assert traits.blck_size == 128 and traits.type_size == tl.TYPES[t]["type_size"]
+def test_bindings_and_ggml_agree_bit_for_bit(ggml_roundtrip, tmp_path, t):
     rng = np.random.default_rng(11)
     x = rng.standard_normal((64, 512)).astype(np.float32) * rng.uniform(0.01, 50, (64, 1)).astype(np.float32)
     x[3, :128] = 0.0          # the zero block
     x[5, 200] = np.nan        # a NaN block
     x[6, 300:310] = 1e30      # a huge block
-    q = np.zeros((64, 512 // 128 * traits.type_size), np.uint8)
-    n = ggml.ggml_quantize_chunk(tid, x.ctypes.data, q.ctypes.data, 0, 64, 512, None)
-    assert n == q.nbytes
+    x[7] *= np.float32(1e-6)  # norms near FP16's subnormal range
+    x.tofile(tmp_path / "x.f32")
+    out = subprocess.run([str(ggml_roundtrip), t, "64", "512", str(tmp_path / "x.f32"), str(tmp_path / "q.bin"),
+                          str(tmp_path / "y.f32")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    q = np.fromfile(tmp_path / "q.bin", np.uint8).reshape(64, -1)
     np.testing.assert_array_equal(q, tl.quantize(x, t))
-
-    to_float = ctypes.CFUNCTYPE(None, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_int64)(traits.to_float)
-    y = np.zeros_like(x)
-    to_float(q.ctypes.data, y.ctypes.data, x.size)
+    y = np.fromfile(tmp_path / "y.f32", np.float32).reshape(64, 512)
     np.testing.assert_array_equal(y, tl.dequantize(q, t))
 
 
@@ -122,8 +94,8 @@ PROMPT = "The history of the printing press begins in"
 
 
 @pytest.mark.parametrize("ctk, ctv", [("turbo3", "turbo3"), ("turbo2", "turbo2"), ("q8_0", "turbo3"), ("turbo3", "f16")])
-def test_real_model_generates_text(llama_tool, default_model, ctk, ctv):
-    out = complete(llama_tool("llama-completion"), default_model, ctk, ctv, PROMPT, extra=("-fa", "on"))
+def test_real_model_generates_text(llama_tool, model_path, ctk, ctv):
+    out = complete(llama_tool("llama-completion"), model_path, ctk, ctv, PROMPT, extra=("-fa", "on"))
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout.split(PROMPT, 1)[-1]
     words = re.findall(r"[A-Za-z]{2,}", text)
@@ -134,19 +106,41 @@ def test_real_model_generates_text(llama_tool, default_model, ctk, ctv):
     assert n_eval and int(n_eval.group(1)) == 31, "the requested 32 tokens were not generated"
 
 
-def test_turbo_types_turn_off_upstream_rotation_only_for_themselves(llama_tool, default_model):
-    out = complete(llama_tool("llama-completion"), default_model, "q8_0", "turbo3", PROMPT, n=4, extra=("-fa", "on"))
+def test_turbo_types_turn_off_upstream_rotation_only_for_themselves(llama_tool, model_path):
+    out = complete(llama_tool("llama-completion"), model_path, "q8_0", "turbo3", PROMPT, n=4, extra=("-fa", "on"))
     assert out.returncode == 0, out.stderr[-2000:]
     assert "attn_rot_k = 1" in out.stderr and "attn_rot_v = 0" in out.stderr
 
 
-def test_turbo_without_flash_attention_is_refused(llama_tool, default_model):
-    out = complete(llama_tool("llama-completion"), default_model, "turbo3", "turbo3", PROMPT, n=4, extra=("-fa", "off"))
+def test_turbo_without_flash_attention_is_refused(llama_tool, model_path):
+    out = complete(llama_tool("llama-completion"), model_path, "turbo3", "turbo3", PROMPT, n=4, extra=("-fa", "off"))
     assert out.returncode != 0
     assert "requires flash attention" in out.stderr
 
 
-def test_unknown_cache_type_is_refused(llama_tool, default_model):
-    out = complete(llama_tool("llama-completion"), default_model, "turbo4", "turbo3", PROMPT, n=4)
+def test_unknown_cache_type_is_refused(llama_tool, model_path):
+    out = complete(llama_tool("llama-completion"), model_path, "turbo4", "turbo3", PROMPT, n=4)
     assert out.returncode != 0
     assert "turbo3" in (out.stderr + out.stdout)  # the message lists the allowed types
+
+
+def perplexity(tool, model, text_file, ctk, ctv, env=None):
+    cmd = [str(tool), "-m", str(model), "-f", str(text_file), "-c", "512", "--chunks", "2", "-ctk", ctk,
+           "-ctv", ctv, "-fa", "on", "-t", str(os.cpu_count() or 2)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})})
+    assert out.returncode == 0, out.stderr[-3000:]
+    m = re.search(r"Final estimate: PPL = ([0-9.]+)", out.stdout + out.stderr)
+    assert m, (out.stdout + out.stderr)[-2000:]
+    return float(m.group(1)), out.stderr
+
+
+def test_upstream_rotation_switch_does_not_change_turbo(llama_tool, model_path, jargon_path):
+    """Turbo types rotate inside each block; upstream's graph rotation is off for them, so the
+    LLAMA_ATTN_ROT_DISABLE switch must not change turbo quality (and must for q4_0)."""
+    tool = llama_tool("llama-perplexity")
+    on, log_on = perplexity(tool, model_path, jargon_path, "turbo3", "turbo3")
+    off, log_off = perplexity(tool, model_path, jargon_path, "turbo3", "turbo3", {"LLAMA_ATTN_ROT_DISABLE": "1"})
+    assert "attn_rot_k = 0" in log_on and "attn_rot_v = 0" in log_on
+    assert abs(on - off) <= 0.005 * on, (on, off)
+    q4_on, log_q4 = perplexity(tool, model_path, jargon_path, "q4_0", "q4_0")
+    assert "attn_rot_k = 1" in log_q4  # baselines keep upstream's default

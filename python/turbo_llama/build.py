@@ -14,6 +14,7 @@ import hashlib
 import json
 import os
 import re
+import platform
 import shutil
 import signal
 import subprocess
@@ -176,6 +177,7 @@ class BuildOptions:
     install: bool = True
     rpc: bool = True
     native: bool = True
+    amx: bool = False
     extra_cmake: tuple[str, ...] = ()
     progress: bool = True
 
@@ -189,6 +191,12 @@ def cmake_args(opts: BuildOptions, pin, nvcc: str | None) -> list[str]:
             f"-DLLAMA_BUILD_NUMBER={pin.build_number}", f"-DLLAMA_BUILD_COMMIT={pin.short}",
             f"-DGGML_RPC={'ON' if opts.rpc else 'OFF'}",
             f"-DGGML_NATIVE={'ON' if opts.native else 'OFF'}"]
+    if opts.native and not opts.amx and platform.machine() in ("x86_64", "AMD64"):
+        # -march=native turns on upstream's AMX matmul where the CPU lists AMX; at this pin it
+        # crashed (SIGSEGV/SIGILL in ggml_backend_amx_mul_mat) on Gemma 3 Q4_K_M on our CI machines.
+        # Explicit -mno-amx-* flags win over a later -march=native.
+        no_amx = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+        args += [f"-DCMAKE_C_FLAGS={no_amx}", f"-DCMAKE_CXX_FLAGS={no_amx}"]
     ccache = shutil.which("ccache")
     if ccache:
         args += [f"-DCMAKE_C_COMPILER_LAUNCHER={ccache}", f"-DCMAKE_CXX_COMPILER_LAUNCHER={ccache}"]
@@ -474,13 +482,14 @@ import click  # noqa: E402
 @click.option("--no-install", is_flag=True, help="Build only; do not copy binaries.")
 @click.option("--target", "targets", multiple=True, help="Build only these targets (repeatable).")
 @click.option("--no-native", is_flag=True, help="Portable binaries (GGML_NATIVE=OFF).")
+@click.option("--amx", is_flag=True, help="Keep upstream's AMX matmul in native x86 builds (off by default: it crashed at this pin).")
 @click.option("--cmake-arg", "extra", multiple=True, help="Extra cmake argument (repeatable).")
-def build_command(cuda, cuda_arch, jobs, build_dir, prefix, llama_src, no_install, targets, no_native, extra):
+def build_command(cuda, cuda_arch, jobs, build_dir, prefix, llama_src, no_install, targets, no_native, amx, extra):
     """Prepare the patched llama.cpp, build its tools and install them."""
     t0 = time.time()
     r = build(BuildOptions(cuda=cuda, cuda_arch=cuda_arch, jobs=jobs, build_dir=build_dir, prefix=prefix,
                            llama_src=llama_src, install=not no_install, targets=list(targets) or None,
-                           native=not no_native, extra_cmake=tuple(extra)))
+                           native=not no_native, amx=amx, extra_cmake=tuple(extra)))
     where = r.bin_dir if r.bin_dir else r.build_dir / "bin"
     click.echo(f"built {len(r.binaries)} tools ({'CUDA' if cuda else 'CPU'}) in {time.time() - t0:.0f} s"
                f"{' (nothing rebuilt)' if r.nothing_rebuilt else ''}: {where}")
