@@ -114,6 +114,10 @@ def run_bench(*, model_path: Path, random_shape: str | None, types: list[str], d
             md += [f"**{res['warning']}**", ""]
         md += [f"backend {backend}, threads {threads}, -fa 1, {reps} repetitions; "
                f"{exe.name}: {res['llama_bench']['version']}", "", render_table(res["rows"], types), ""]
+        noisy = [r for r in res["rows"] if r.get("tps_std") and r["tps_std"] > 0.1 * r["tps"]]
+        if noisy:
+            md += [f"note: {len(noisy)} measurement(s) vary by more than 10% between repetitions "
+                   "(a busy machine?): " + ", ".join(f"{r['type']} {r['label']}@{r['depth']}" for r in noisy), ""]
         if res["errors"]:
             md += ["## Errors", ""] + [f"- **{t}**: {m}" for t, m in res["errors"].items()] + [""]
         (out / "bench.md").write_text("\n".join(md))

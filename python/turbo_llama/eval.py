@@ -125,7 +125,7 @@ def finish_outputs(res: dict, out: Path) -> None:
 
 
 def run_eval(*, model_path: Path | None, types: list[str], ctx: int, chunks: int, text: Path | None,
-             niah_lengths: list[int], niah_depths: list[float], backend: str, threads: int,
+             haystack: Path | None = None, niah_lengths: list[int], niah_depths: list[float], backend: str, threads: int,
              out: Path, quick: bool, repack: bool, skip_ppl: bool = False, skip_niah: bool = False,
              progress: bool = True) -> dict:
     from tqdm import tqdm
@@ -139,7 +139,7 @@ def run_eval(*, model_path: Path | None, types: list[str], ctx: int, chunks: int
         types = ["f16", *[t for t in types if t != "f16"]]
     mpath = Path(model_path) if model_path else _model.default_model()
     ppl_text = Path(text) if text else _model.jargon_text()
-    hay_text = _model.bible_text()
+    hay_text = Path(haystack) if haystack else (None if skip_niah else _model.bible_text())
     tools = {"llama-perplexity": find_tool("llama-perplexity"), "llama-server": find_tool("llama-server")}
     bargs = backend_args(backend, threads, repack)
 
@@ -299,6 +299,8 @@ def run_eval(*, model_path: Path | None, types: list[str], ctx: int, chunks: int
               help=f"perplexity chunks [quick: {QUICK_CHUNKS}, full: {FULL_CHUNKS}]")
 @click.option("--text", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="perplexity text (default: the Jargon File from Debian jargon-text)")
+@click.option("--haystack", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              help="NIAH haystack text (default: the King James Bible from Debian bible-kjv)")
 @click.option("--niah-lengths", default=None, help="comma separated token lengths "
               "[quick: 1024,2048,4096; full: 1K..model context]")
 @click.option("--niah-depths", default=None, help="comma separated fractions [quick: 0.1,0.5,0.9; full: 10]")
@@ -311,7 +313,7 @@ def run_eval(*, model_path: Path | None, types: list[str], ctx: int, chunks: int
               help="CPU weight repacking (default off on cpu: its AMX kernels SIGILL on some VMs)")
 @click.option("--skip-ppl", is_flag=True, hidden=True)
 @click.option("--skip-niah", is_flag=True, hidden=True)
-def eval_command(model_path, types, ctx, chunks, text, niah_lengths, niah_depths, backend, threads,
+def eval_command(model_path, types, ctx, chunks, text, haystack, niah_lengths, niah_depths, backend, threads,
                  out, quick, repack, skip_ppl, skip_niah):
     """Perplexity, KL divergence and needle-in-a-haystack for each KV-cache type."""
     type_list = _csv(types)
@@ -340,7 +342,7 @@ def eval_command(model_path, types, ctx, chunks, text, niah_lengths, niah_depths
                f"NIAH {len(lengths)}×{len(depths)}, backend {backend}, {threads} threads)", err=True)
     try:
         res = run_eval(model_path=mpath, types=type_list, ctx=ctx, chunks=chunks, text=text,
-                       niah_lengths=lengths, niah_depths=depths, backend=backend, threads=threads,
+                       haystack=haystack, niah_lengths=lengths, niah_depths=depths, backend=backend, threads=threads,
                        out=out, quick=quick, repack=repack, skip_ppl=skip_ppl, skip_niah=skip_niah)
     except KeyboardInterrupt:
         click.echo(f"\ninterrupted; partial results in {out}/results.json", err=True)
