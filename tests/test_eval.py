@@ -175,3 +175,11 @@ def test_niah_run_order_needle_furthest_first():
     # each later prompt shares its whole text up to its needle with the previous one
     for a, b in zip(order, order[1:]):
         assert cells[a].prompt[: cells[b].needle_char] == cells[b].prompt[: cells[b].needle_char]
+
+
+def test_markdown_warns_when_f16_misses_needles():
+    from turbo_llama.eval import render_markdown
+    res = _fake_results()
+    res["niah_results"]["f16"] = {"1024@0.1": False, "1024@0.9": False, "2048@0.1": True, "2048@0.9": False}
+    assert "warning: the f16 baseline found only 1/4" in render_markdown(res)
+    assert "warning" not in render_markdown(_fake_results())

@@ -99,6 +99,10 @@ def render_markdown(res: dict) -> str:
         lines.append(f"| {t} | {BITS_PER_VALUE.get(t, '?')} | {_fmt(kv.get('kv_mib'), '.2f')} | "
                      f"{_fmt(kv.get('bytes_per_token_per_layer'), '.0f')} | {ppl} | {_fmt(ratio, '.4f')} | "
                      f"{kld} | {p99} | {same} | {niah} |")
+    f16n = (res.get("niah_results") or {}).get("f16") or {}
+    if f16n and sum(f16n.values()) < 0.8 * len(f16n):
+        lines += ["", f"**warning: the f16 baseline found only {sum(f16n.values())}/{len(f16n)} needles: "
+                  "the NIAH task is too hard for this model, its scores say little about the cache types**"]
     errs = res.get("errors") or {}
     if errs:
         lines += ["", "## Errors", ""] + [f"- **{t}**: {m}" for t, m in errs.items()]
