@@ -39,7 +39,7 @@ def ggml_roundtrip(build_info, tmp_path_factory):
     assert libs, f"libggml-base.a not found under {build}"
     exe = tmp_path_factory.mktemp("ggml") / "ggml_roundtrip"
     subprocess.run(["g++", "-x", "c", str(ROOT / "tests/c/ggml_roundtrip.c"), "-x", "none",
-                    f"-I{src / 'ggml/include'}", str(libs[0]), "-lm", "-lpthread", "-o", str(exe)], check=True)
+                    f"-I{src / 'ggml/include'}", str(libs[0]), "-fopenmp", "-lm", "-lpthread", "-o", str(exe)], check=True)
     return exe
 
 
@@ -70,30 +70,38 @@ def test_quantize_fns_cover_turbo(llama_build_bin):
 
 
 def test_backend_ops_lists_turbo_flash_attention(llama_build_bin):
-    # with only the CPU backend nothing is compared; 'support' mode lists every case it knows
-    out = subprocess.run([str(llama_build_bin("test-backend-ops")), "support", "-o", "FLASH_ATTN_EXT", "-p", "turbo"],
-                         capture_output=True, text=True, timeout=600)
+    # with only the CPU backend nothing is compared; 'support' mode on CPU lists every case it knows
+    out = subprocess.run([str(llama_build_bin("test-backend-ops")), "support", "-b", "CPU", "-o", "FLASH_ATTN_EXT",
+                          "-p", "turbo"], capture_output=True, text=True, timeout=600)
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-3000:]
     for pair in ("type_K=turbo3,type_V=turbo3", "type_K=turbo2,type_V=turbo2", "type_K=q8_0,type_V=turbo3",
                  "type_K=q8_0,type_V=turbo2", "type_K=f16,type_V=turbo3", "type_K=turbo3,type_V=f16"):
         assert pair in text, pair
     for op in ("SET_ROWS", "CPY", "GET_ROWS"):
-        o = subprocess.run([str(llama_build_bin("test-backend-ops")), "support", "-o", op, "-p", "turbo"],
+        o = subprocess.run([str(llama_build_bin("test-backend-ops")), "support", "-b", "CPU", "-o", op, "-p", "turbo"],
                            capture_output=True, text=True, timeout=600)
         assert "turbo3" in o.stdout and "turbo2" in o.stdout, op
 
 
 def complete(tool, model, ctk, ctv, prompt, n=32, extra=()):
     cmd = [str(tool), "-m", str(model), "-p", prompt, "-n", str(n), "-c", "1024", "-ctk", ctk, "-ctv", ctv,
-           "--temp", "0", "--seed", "1", "-no-cnv", "--no-warmup", "-t", str(os.cpu_count() or 2), *extra]
+           "--temp", "0", "--seed", "1", "-no-cnv", "--no-warmup", "-lv", "4", "-t", str(os.cpu_count() or 2), *extra]
     return subprocess.run(cmd, capture_output=True, text=True, timeout=600)
 
 
 PROMPT = "The history of the printing press begins in"
 
 
-@pytest.mark.parametrize("ctk, ctv", [("turbo3", "turbo3"), ("turbo2", "turbo2"), ("q8_0", "turbo3"), ("turbo3", "f16")])
+TURBO2_K_COLLAPSES = pytest.mark.xfail(
+    strict=True,
+    reason="turbo2 K on Gemma 3 270M (head_dim 256, one KV head) degrades greedy text into digit runs "
+           "(PPL x15 vs f16; V alone costs <1%): 2-bit keys are too coarse for this small model. "
+           "Use -ctk q8_0 -ctv turbo2. The K-precision work is issue #8.")
+
+
+@pytest.mark.parametrize("ctk, ctv", [("turbo3", "turbo3"), pytest.param("turbo2", "turbo2", marks=TURBO2_K_COLLAPSES),
+                                      ("q8_0", "turbo2"), ("q8_0", "turbo3"), ("turbo3", "f16")])
 def test_real_model_generates_text(llama_tool, model_path, ctk, ctv):
     out = complete(llama_tool("llama-completion"), model_path, ctk, ctv, PROMPT, extra=("-fa", "on"))
     assert out.returncode == 0, out.stderr[-3000:]
@@ -126,7 +134,7 @@ def test_unknown_cache_type_is_refused(llama_tool, model_path):
 
 def perplexity(tool, model, text_file, ctk, ctv, env=None):
     cmd = [str(tool), "-m", str(model), "-f", str(text_file), "-c", "512", "--chunks", "2", "-ctk", ctk,
-           "-ctv", ctv, "-fa", "on", "-t", str(os.cpu_count() or 2)]
+           "-ctv", ctv, "-fa", "on", "-lv", "4", "-t", str(os.cpu_count() or 2)]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})})
     assert out.returncode == 0, out.stderr[-3000:]
     m = re.search(r"Final estimate: PPL = ([0-9.]+)", out.stdout + out.stderr)
