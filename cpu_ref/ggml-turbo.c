@@ -16,6 +16,11 @@
 #include <math.h>
 #include <string.h>
 
+#if defined(__AVX2__) && defined(__FMA__)
+#include <immintrin.h>
+#define TURBO_AVX2 1
+#endif
+
 #define TURBO_INV_SQRT_QK 0.0883883476483184405f  // 1/sqrt(128)
 #define TURBO_FP16_MAX    65504.0f
 #define TURBO_BIG_AMAX    4294967296.0f           // 2^32: above this the squares could overflow
@@ -314,8 +319,44 @@ bool turbo2_validate_row(const void * data, size_t nbytes) {
 
 // ---- fused attention helpers --------------------------------------------------------------
 
+#ifdef TURBO_AVX2
+// Codes of values 8j..8j+7 as 8 int32 lanes: 2 low bits from 2 bytes of the low plane, the high bit
+// (turbo3) from one byte of the high plane. The 8 (or 4) centroids sit in one register, so a lane's
+// centroid is a single permute.
+static inline __m256i turbo_low_codes8(const uint8_t * ql, int j) {
+    const __m256i shifts = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
+    const int lo = ql[2*j] | (ql[2*j + 1] << 8);
+    return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(lo), shifts), _mm256_set1_epi32(3));
+}
+
+static inline __m256i turbo3_codes8(const uint8_t * qs, int j) {
+    const __m256i bit = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
+    const __m256i hi  = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(qs[QK_TURBO/4 + j]), bit), _mm256_set1_epi32(1));
+    return _mm256_or_si256(turbo_low_codes8(qs, j), _mm256_slli_epi32(hi, 2));
+}
+
+static inline float turbo_hsum(__m256 v) {
+    __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+    s = _mm_add_ps(s, _mm_movehl_ps(s, s));
+    s = _mm_add_ss(s, _mm_movehdup_ps(s));
+    return _mm_cvtss_f32(s);
+}
+#endif
+
 float turbo3_dot_rotated(const block_turbo3 * x, const float * q_rot, int64_t k) {
     float sum = 0.0f;
+#ifdef TURBO_AVX2
+    const __m256 table = _mm256_loadu_ps(turbo3_centroids);
+    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
+        const float * q = q_rot + ib*QK_TURBO;
+        __m256 acc = _mm256_setzero_ps();
+        for (int j = 0; j < QK_TURBO/8; j++) {
+            const __m256 c = _mm256_permutevar8x32_ps(table, turbo3_codes8(x[ib].qs, j));
+            acc = _mm256_fmadd_ps(c, _mm256_loadu_ps(q + 8*j), acc);
+        }
+        sum += turbo_hsum(acc) * turbo_fp16_to_fp32(x[ib].norm);
+    }
+#else
     for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
         const uint8_t * ql = x[ib].qs;
         const uint8_t * qh = x[ib].qs + QK_TURBO/4;
@@ -330,11 +371,25 @@ float turbo3_dot_rotated(const block_turbo3 * x, const float * q_rot, int64_t k)
         }
         sum += acc * turbo_fp16_to_fp32(x[ib].norm);
     }
+#endif
     return sum;
 }
 
 float turbo2_dot_rotated(const block_turbo2 * x, const float * q_rot, int64_t k) {
     float sum = 0.0f;
+#ifdef TURBO_AVX2
+    const __m256 table = _mm256_setr_ps(turbo2_centroids[0], turbo2_centroids[1], turbo2_centroids[2], turbo2_centroids[3],
+                                        turbo2_centroids[0], turbo2_centroids[1], turbo2_centroids[2], turbo2_centroids[3]);
+    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
+        const float * q = q_rot + ib*QK_TURBO;
+        __m256 acc = _mm256_setzero_ps();
+        for (int j = 0; j < QK_TURBO/8; j++) {
+            const __m256 c = _mm256_permutevar8x32_ps(table, turbo_low_codes8(x[ib].qs, j));
+            acc = _mm256_fmadd_ps(c, _mm256_loadu_ps(q + 8*j), acc);
+        }
+        sum += turbo_hsum(acc) * turbo_fp16_to_fp32(x[ib].norm);
+    }
+#else
     for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
         const uint8_t * ql = x[ib].qs;
         const float   * q  = q_rot + ib*QK_TURBO;
@@ -347,6 +402,7 @@ float turbo2_dot_rotated(const block_turbo2 * x, const float * q_rot, int64_t k)
         }
         sum += acc * turbo_fp16_to_fp32(x[ib].norm);
     }
+#endif
     return sum;
 }
 
@@ -354,9 +410,17 @@ void turbo3_mad_rotated(const block_turbo3 * x, float * acc_rot, float w, int64_
     for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
         const float s = w * turbo_fp16_to_fp32(x[ib].norm);
         float * a = acc_rot + ib*QK_TURBO;
+#ifdef TURBO_AVX2
+        const __m256 table = _mm256_mul_ps(_mm256_loadu_ps(turbo3_centroids), _mm256_set1_ps(s));
+        for (int j = 0; j < QK_TURBO/8; j++) {
+            const __m256 c = _mm256_permutevar8x32_ps(table, turbo3_codes8(x[ib].qs, j));
+            _mm256_storeu_ps(a + 8*j, _mm256_add_ps(_mm256_loadu_ps(a + 8*j), c));
+        }
+#else
         for (int i = 0; i < QK_TURBO; i++) {
             a[i] += s * turbo3_centroids[turbo3_code(x[ib].qs, i)];
         }
+#endif
     }
 }
 
@@ -364,9 +428,19 @@ void turbo2_mad_rotated(const block_turbo2 * x, float * acc_rot, float w, int64_
     for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
         const float s = w * turbo_fp16_to_fp32(x[ib].norm);
         float * a = acc_rot + ib*QK_TURBO;
+#ifdef TURBO_AVX2
+        const __m256 c4 = _mm256_setr_ps(turbo2_centroids[0], turbo2_centroids[1], turbo2_centroids[2], turbo2_centroids[3],
+                                         turbo2_centroids[0], turbo2_centroids[1], turbo2_centroids[2], turbo2_centroids[3]);
+        const __m256 table = _mm256_mul_ps(c4, _mm256_set1_ps(s));
+        for (int j = 0; j < QK_TURBO/8; j++) {
+            const __m256 c = _mm256_permutevar8x32_ps(table, turbo_low_codes8(x[ib].qs, j));
+            _mm256_storeu_ps(a + 8*j, _mm256_add_ps(_mm256_loadu_ps(a + 8*j), c));
+        }
+#else
         for (int i = 0; i < QK_TURBO; i++) {
             a[i] += s * turbo2_centroids[turbo2_code(x[ib].qs, i)];
         }
+#endif
     }
 }
 
