@@ -27,7 +27,8 @@ tot = {}
 hdr = ('| L | sd_sig | ' + ' | '.join(f'K {a}({b}) sd_err / KL / out' for a, b in KV) +
        ' | ' + ' | '.join(f'V {a} out' for a in VV) + ' |')
 print(hdr); print('|' + '---|' * (2 + len(KV) + len(VV)))
-for il in range(18):
+LAYERS = [int(x) for x in os.environ['LAYERS'].split(',')] if os.environ.get('LAYERS') else range(18)
+for il in LAYERS:
     K = load(d0, 'Kcur', il, 256).astype(np.float16).astype(np.float64)
     V = load(d0, 'Vcur', il, 256).astype(np.float16).astype(np.float64)
     Q = load(d0, 'Qcur', il, 1024).reshape(-1, 4, 256)
