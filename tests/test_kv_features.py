@@ -165,15 +165,9 @@ def test_concurrent_answers_depart_no_earlier_than_f16(srv_exe, model_path, tmp_
 
 
 # ------------------------------------------------------------------ 3. context shift, cache reuse
-# K-shift (context shift, cache reuse) re-ropes cached K: for a quantized K, upstream's
-# llama_kv_cache::build_rope_shift dequantizes, undoes its Hadamard rotation, ropes, rotates back and
-# requantizes, calling llama_mul_mat_hadamard(ctx, tmp, rot) unconditionally; rot is nullptr whenever
-# attn_rot_k = 0, which the turbo patch sets for turbo K, so building the shift graph dereferences a
-# null pointer and llama-server dies with SIGSEGV. (Upstream crashes the same way for q8_0 K with
-# LLAMA_ATTN_ROT_DISABLE=1.) Needs a patch: `if (rot)` around both llama_mul_mat_hadamard calls there.
-KSHIFT_SEGV = pytest.mark.xfail(strict=True, raises=ServerDied, reason=(
-    "issue #7: K-shift with turbo K segfaults in llama_kv_cache::build_rope_shift "
-    "(llama_mul_mat_hadamard with rot == nullptr because attn_rot_k = 0 for turbo K); needs a llama.cpp patch"))
+# K-shift (context shift, cache reuse) re-ropes cached K: for a quantized K, llama_kv_cache::build_rope_shift
+# dequantizes, ropes and requantizes. Upstream also undid/redid its Hadamard rotation there with a null
+# matrix when attn_rot_k = 0 (always for turbo K) and crashed; patch 0003 guards it.
 SHIFT_PAIRS = [("turbo3", "turbo3"), ("turbo2", "turbo2"), ("q8_0", "turbo3")]  # turbo V is never shifted: works
 
 STORY = ("Chapter one. The old lighthouse keeper climbed the stairs every evening and lit the great lamp. "
@@ -218,7 +212,20 @@ HEADER = ("Minutes of the town council of Millbrook, taken by the clerk, with a 
           "attended the meeting.")
 
 
-@pytest.mark.parametrize("ctk, ctv", SHIFT_PAIRS)
+# Measured 2026-11-29 (CPU, Gemma 3 270M): after the null-rotation fix in patch 0003 the shift runs,
+# but a shifted turbo K is dequantized, re-roped and quantized a second time; on this model (whose
+# keys already dominate the turbo error, results/cpu-k-vs-v.md) the reused answer loses the fact:
+# turbo3 reused " the committee voted. The winner was the committee." vs from scratch " the glass
+# tower. ...". q8_0 K with turbo3 V passes.
+REQUANT_SHIFT = pytest.mark.xfail(strict=True, reason=(
+    "issue #7/#8: a K-shifted turbo K is quantized twice; on Gemma 3 270M the reused answer loses the "
+    "design the committee chose (turbo3: 'the committee voted. The winner was the committee.')"))
+REUSE_PAIRS = [pytest.param("turbo3", "turbo3", marks=REQUANT_SHIFT),
+               pytest.param("turbo2", "turbo2", marks=REQUANT_SHIFT),
+               ("q8_0", "turbo3")]
+
+
+@pytest.mark.parametrize("ctk, ctv", REUSE_PAIRS)
 def test_cache_reuse_shifts_a_kept_chunk(srv_exe, model_path, tmp_path, ctk, ctv):
     """--cache-reuse 64: the client drops the header of the previous prompt and keeps the long body; the
     server moves the body's cached KV 25 positions back (K-shift) instead of recomputing it, and the
