@@ -15,7 +15,7 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
-from turbo_llama.llama_tools import LlamaServer, free_port
+from turbo_llama.llama_tools import LlamaServer, free_port, stop_process
 
 THREADS = 2
 SEED = 1234
@@ -144,10 +144,4 @@ def rpc_server(exe: Path, log: Path, threads: int = THREADS):
                     time.sleep(0.2)
             yield f"127.0.0.1:{port}"
         finally:
-            if p.poll() is None:
-                p.terminate()
-                try:
-                    p.wait(timeout=15)
-                except subprocess.TimeoutExpired:
-                    p.kill()
-                    p.wait(timeout=15)
+            stop_process(p)

@@ -159,6 +159,17 @@ def free_port() -> int:
         return s.getsockname()[1]
 
 
+def stop_process(p: subprocess.Popen, timeout: float = 15) -> None:
+    """Terminate a child process, killing it if it does not exit within timeout seconds."""
+    if p.poll() is None:
+        p.terminate()
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            p.kill()
+            p.wait(timeout=timeout)
+
+
 @dataclass
 class LlamaServer:
     """`with LlamaServer(exe, model, args) as srv: srv.post("/completion", {...})`."""
@@ -214,13 +225,8 @@ class LlamaServer:
 
     def stop(self) -> None:
         p, self.proc = self.proc, None
-        if p is not None and p.poll() is None:
-            p.terminate()
-            try:
-                p.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                p.kill()
-                p.wait(timeout=15)
+        if p is not None:
+            stop_process(p)
         if self._log not in (None, subprocess.DEVNULL):
             self._log.close()
             self._log = None
