@@ -272,9 +272,28 @@ def _run_logged(cmd: list[str], log: Path, cwd: Path, env: dict, bar_desc: str |
     return rc, steps, no_work
 
 
+def _last_run_hit_nospace(log: Path) -> bool:
+    """True if the output of the last command in `log` (after its last "$ " line) reports a full disk.
+
+    The whole run is scanned: with -j2 the sibling compile keeps printing warnings after the
+    failing one, so the ENOSPC line can be hundreds of lines above the end.
+    """
+    hit = False
+    try:
+        with open(log, errors="replace") as f:
+            for line in f:
+                if line.startswith("$ "):
+                    hit = False
+                elif not hit and NOSPACE.search(line):
+                    hit = True
+    except OSError:
+        return False
+    return hit
+
+
 def _fail(what: str, log: Path, rc: int) -> ToolkitError:
     tail = _tail(log, 40)
-    if NOSPACE.search(tail) or NOSPACE.search(_tail(log, 400)):
+    if _last_run_hit_nospace(log):
         return ToolkitError(f"{what} failed: no space left on the device (see {log}). The build dir "
                             f"keeps only complete outputs; free some space (or point "
                             f"TURBO_LLAMA_CACHE / --build-dir at a bigger disk) and run "
