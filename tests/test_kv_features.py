@@ -213,14 +213,14 @@ HEADER = ("Minutes of the town council of Millbrook, taken by the clerk, with a 
 
 
 # Measured 2026-11-29 (CPU, Gemma 3 270M): after the null-rotation fix in patch 0003 the shift runs,
-# but a shifted turbo K is dequantized, re-roped and quantized a second time; on this model (whose
-# keys already dominate the turbo error, results/cpu-k-vs-v.md) the reused answer loses the fact:
-# turbo3 reused " the committee voted. The winner was the committee." vs from scratch " the glass
-# tower. ...". q8_0 K with turbo3 V passes.
+# but a shifted turbo K is dequantized, re-roped and quantized a second time. Before patches 0007/0008
+# (turbo K gain rescale and key offset; the shift adds the offset back around the RoPE) turbo3 lost the
+# fact (" the committee voted. The winner was the committee."); with them turbo3 answers " the low brick
+# building." (a design from the text). turbo2 K still loses it.
 REQUANT_SHIFT = pytest.mark.xfail(strict=True, reason=(
-    "issue #7/#8: a K-shifted turbo K is quantized twice; on Gemma 3 270M the reused answer loses the "
-    "design the committee chose (turbo3: 'the committee voted. The winner was the committee.')"))
-REUSE_PAIRS = [pytest.param("turbo3", "turbo3", marks=REQUANT_SHIFT),
+    "issue #7/#8: a K-shifted turbo2 K is quantized twice at 2 bits; on Gemma 3 270M the reused answer "
+    "loses the design the committee chose"))
+REUSE_PAIRS = [("turbo3", "turbo3"),
                pytest.param("turbo2", "turbo2", marks=REQUANT_SHIFT),
                ("q8_0", "turbo3")]
 

@@ -93,14 +93,9 @@ def complete(tool, model, ctk, ctv, prompt, n=32, extra=()):
 PROMPT = "The history of the printing press begins in"
 
 
-TURBO2_K_COLLAPSES = pytest.mark.xfail(
-    strict=True,
-    reason="turbo2 K on Gemma 3 270M (head_dim 256, one KV head) degrades greedy text into digit runs "
-           "(PPL x15 vs f16; V alone costs <1%): 2-bit keys are too coarse for this small model. "
-           "Use -ctk q8_0 -ctv turbo2. The K-precision work is issue #8.")
-
-
-@pytest.mark.parametrize("ctk, ctv", [("turbo3", "turbo3"), pytest.param("turbo2", "turbo2", marks=TURBO2_K_COLLAPSES),
+# turbo2 keys degraded greedy text into digit runs before patches 0007/0008 (turbo K gain rescale and
+# key offset); with them the 2-bit text is readable again (issue #8).
+@pytest.mark.parametrize("ctk, ctv", [("turbo3", "turbo3"), ("turbo2", "turbo2"),
                                       ("q8_0", "turbo2"), ("q8_0", "turbo3"), ("turbo3", "f16")])
 def test_real_model_generates_text(llama_tool, model_path, ctk, ctv):
     out = complete(llama_tool("llama-completion"), model_path, ctk, ctv, PROMPT, extra=("-fa", "on"))
@@ -152,3 +147,31 @@ def test_upstream_rotation_switch_does_not_change_turbo(llama_tool, model_path, 
     assert abs(on - off) <= 0.005 * on, (on, off)
     q4_on, log_q4 = perplexity(tool, model_path, jargon_path, "q4_0", "q4_0")
     assert "attn_rot_k = 1" in log_q4  # baselines keep upstream's default
+
+
+# Patches 0007/0008 (issue #8): a turbo K is stored as (k - m)/D with q*D on the query side. D comes from
+# the model's q/k norm gains, m is a fixed per-layer mean key from a built-in probe text; both leave q.k
+# unchanged up to a per-query constant, which softmax ignores.
+K_TRANSFORMS_OFF = {"TURBO_K_RESCALE": "0", "TURBO_K_OFFSET": "0"}
+K_TRANSFORMS_FORCED = {"TURBO_K_RESCALE": "force", "TURBO_K_OFFSET": "force"}
+
+
+def test_turbo_k_transforms_are_exact_on_an_f16_cache(llama_tool, model_path, jargon_path):
+    """Forced onto an f16 cache, the rescale and the offset may only move f16 rounding."""
+    tool = llama_tool("llama-perplexity")
+    base, log = perplexity(tool, model_path, jargon_path, "f16", "f16")
+    assert "turbo K:" not in log  # nothing happens to other cache types unless forced
+    forced, log = perplexity(tool, model_path, jargon_path, "f16", "f16", K_TRANSFORMS_FORCED)
+    assert "q/k norm gains rescaled" in log and re.search(r"key offsets from a \d+-token probe on 18 layers", log)
+    assert abs(forced - base) <= 0.005 * base, (base, forced)
+
+
+def test_turbo_k_transforms_are_logged_and_repair_turbo3_keys(llama_tool, model_path, jargon_path):
+    """Without them turbo3 K loses most of the model (Gemma 3 270M); with them the loss is a fraction."""
+    tool = llama_tool("llama-perplexity")
+    f16, _ = perplexity(tool, model_path, jargon_path, "f16", "f16")
+    plain, log = perplexity(tool, model_path, jargon_path, "turbo3", "f16", K_TRANSFORMS_OFF)
+    assert "gain rescale off (TURBO_K_RESCALE=0)" in log and "key offsets off (TURBO_K_OFFSET=0)" in log
+    fixed, log = perplexity(tool, model_path, jargon_path, "turbo3", "f16")
+    assert "q/k norm gains rescaled" in log and "key offsets from a" in log
+    assert fixed - f16 < 0.35 * (plain - f16), (f16, plain, fixed)

@@ -113,6 +113,11 @@ def render_markdown(res: dict) -> str:
                   "score = exact key in the completion. Same prompts for every type."]
     lines += ["", "KV MiB: llama's own `llama_kv_cache: size` lines (iSWA: SWA + non-SWA caches summed) "
               "of the perplexity run at this context.", ""]
+    k_paths = [(t, ((res.get("ppl") or {}).get(t, {}).get("kv") or {}).get("turbo_k")) for t in res.get("types", [])]
+    k_paths = [(t, msgs) for t, msgs in k_paths if msgs]
+    if k_paths:
+        lines += ["How turbo K was stored (llama's log, `turbo K:` lines):", ""]
+        lines += [f"- {t}: " + "; ".join(msgs) for t, msgs in k_paths] + [""]
     if res.get("timings"):
         lines += ["Timings (s): " + ", ".join(f"{k} {v:.0f}" for k, v in res["timings"].items()), ""]
     return "\n".join(lines)

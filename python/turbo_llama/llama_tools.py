@@ -80,6 +80,8 @@ _KV_LINE = re.compile(
     r"llama_kv_cache\w*: size = \s*" + _NUM + r" MiB \(\s*(\d+) cells,\s*(\d+) layers,\s*(\d+)/(\d+) seqs\),"
     r" K \((\w+)\):\s*" + _NUM + r" MiB, V \((\w+)\):\s*" + _NUM + r" MiB")
 
+_TURBO_K_LINE = re.compile(r"turbo K: ([^\n]*)")
+
 
 def parse_kv_cache(output: str) -> dict | None:
     """Sum the llama_kv_cache size lines (Gemma 3 has two: the iSWA cache's SWA and non-SWA parts).
@@ -95,13 +97,15 @@ def parse_kv_cache(output: str) -> dict | None:
                            v_mib=float(m.group(9))))
     if not caches:
         return None
+    # patches 0007/0008 log how a turbo K is stored ("turbo K: q/k norm gains rescaled ...")
+    turbo_k = list(dict.fromkeys(m.strip() for m in _TURBO_K_LINE.findall(output)))
     total = sum(c["mib"] for c in caches)
     # each cache holds cells x streams tokens for each of its layers
     slots = sum(c["cells"] * c["n_stream"] * c["layers"] for c in caches)
     per_layer = total * 2**20 / slots if slots else None
     n_layers = sum(c["layers"] for c in caches)
     return dict(kv_mib=total, k_mib=sum(c["k_mib"] for c in caches),
-                v_mib=sum(c["v_mib"] for c in caches), caches=caches, n_layers=n_layers,
+                v_mib=sum(c["v_mib"] for c in caches), caches=caches, n_layers=n_layers, turbo_k=turbo_k,
                 bytes_per_token_per_layer=per_layer,
                 # what one more token of context costs if every layer kept it (full attention)
                 bytes_per_token=per_layer * n_layers if per_layer else None)
