@@ -175,3 +175,16 @@ def test_turbo_k_transforms_are_logged_and_repair_turbo3_keys(llama_tool, model_
     fixed, log = perplexity(tool, model_path, jargon_path, "turbo3", "f16")
     assert "q/k norm gains rescaled" in log and "key offsets from a" in log
     assert fixed - f16 < 0.35 * (plain - f16), (f16, plain, fixed)
+
+
+def test_cpu_flash_attention_matches_the_reference_path(llama_build_bin):
+    """Every turbo FLASH_ATTN_EXT case of test-backend-ops on the CPU backend against the CPU reference path
+    (use_ref: one query row at a time). The nb=512 cases with equal K/V types run patch 0009's tiled prefill
+    path (K/V tiles decoded once in the rotated domain), the others the fused per-row path."""
+    out = subprocess.run([str(llama_build_bin("test-backend-ops")), "test", "-b", "CPU", "-o", "FLASH_ATTN_EXT",
+                          "-p", "turbo"], capture_output=True, text=True, timeout=1200)
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-3000:]
+    m = re.search(r"(\d+)/(\d+) tests passed", text)
+    assert m and m.group(1) == m.group(2) and int(m.group(2)) >= 400, text[-2000:]
+    assert re.search(r"nb=512,.*type_K=turbo3,type_V=turbo3.*OK", text), "no tiled-path case ran"
