@@ -224,13 +224,15 @@ def _run_logged(cmd: list[str], log: Path, cwd: Path, env: dict, bar_desc: str |
                 show_progress: bool = True) -> tuple[int, int, bool]:
     """Run cmd, appending its output to `log`; feed a tqdm bar from ninja's [N/M] lines.
 
-    Returns (returncode, compile/link steps run, saw "no work to do").
+    Returns (returncode, compile/link steps run, saw "no work to do", saw a full disk). The full disk is
+    seen in the stream itself: the log may live on that disk and lose the very line that says so.
     """
     from tqdm import tqdm
     bar = None
     last_decile = -1
     steps = 0
     no_work = False
+    nospace = False
     with open(log, "a", buffering=1) as lf:  # line-buffered: the log is always current
         lf.write(f"\n$ {' '.join(cmd)}\n")
         lf.flush()
@@ -238,7 +240,12 @@ def _run_logged(cmd: list[str], log: Path, cwd: Path, env: dict, bar_desc: str |
                                 text=True, errors="replace", bufsize=1)
         try:
             for line in proc.stdout:
-                lf.write(line)
+                try:
+                    lf.write(line)
+                except OSError:
+                    nospace = True  # the log's own disk is full; keep draining ninja's output
+                if not nospace and NOSPACE.search(line):
+                    nospace = True
                 m = NINJA_STATUS.match(line)
                 if m:
                     n, total = int(m.group(1)), int(m.group(2))
@@ -269,7 +276,7 @@ def _run_logged(cmd: list[str], log: Path, cwd: Path, env: dict, bar_desc: str |
         finally:
             if bar is not None:
                 bar.close()
-    return rc, steps, no_work
+    return rc, steps, no_work, nospace
 
 
 def _last_run_hit_nospace(log: Path) -> bool:
@@ -291,9 +298,18 @@ def _last_run_hit_nospace(log: Path) -> bool:
     return hit
 
 
-def _fail(what: str, log: Path, rc: int) -> ToolkitError:
+def _disk_nearly_full(path: Path, min_free: int = 4 << 20) -> bool:
+    try:
+        return shutil.disk_usage(path).free < min_free
+    except OSError:
+        return False
+
+
+def _fail(what: str, log: Path, rc: int, nospace: bool = False) -> ToolkitError:
     tail = _tail(log, 40)
-    if _last_run_hit_nospace(log):
+    # three witnesses: the stream, the log, and the disk itself (a compiler that cannot write its output
+    # does not always say why, and the log may sit on the full disk)
+    if nospace or _last_run_hit_nospace(log) or _disk_nearly_full(log.parent):
         return ToolkitError(f"{what} failed: no space left on the device (see {log}). The build dir "
                             f"keeps only complete outputs; free some space (or point "
                             f"TURBO_LLAMA_CACHE / --build-dir at a bigger disk) and run "
@@ -394,9 +410,9 @@ def _build_locked(opts: BuildOptions, root: Path, cmake: str, ninja: str, nvcc: 
     if old != cfg or not (build_dir / "build.ninja").is_file():
         _say(f"[3/5 configure] cmake {' '.join(a for a in args if a.startswith('-DGGML_CUDA') or a.startswith('-DLLAMA_BUILD_N'))}")
         stamp.unlink(missing_ok=True)
-        rc, _, _ = _run_logged([cmake, "-S", str(src), "-B", str(build_dir), *args], log, build_dir, env)
+        rc, _, _, nospace = _run_logged([cmake, "-S", str(src), "-B", str(build_dir), *args], log, build_dir, env)
         if rc != 0:
-            raise _fail("cmake configure", log, rc)
+            raise _fail("cmake configure", log, rc, nospace)
         stamp.write_text(json.dumps(cfg, indent=1))
     else:
         _say("[3/5 configure] up to date")
@@ -405,10 +421,10 @@ def _build_locked(opts: BuildOptions, root: Path, cmake: str, ninja: str, nvcc: 
     jobs = opts.jobs or os.cpu_count() or 2
     _say(f"[4/5 build] ninja -j{jobs} ({len(targets)} targets; log: {log})")
     t0 = time.time()
-    rc, steps, no_work = _run_logged([ninja, "-C", str(build_dir), f"-j{jobs}", *targets], log,
+    rc, steps, no_work, nospace = _run_logged([ninja, "-C", str(build_dir), f"-j{jobs}", *targets], log,
                                      build_dir, env, bar_desc="build", show_progress=opts.progress)
     if rc != 0:
-        raise _fail("the build", log, rc)
+        raise _fail("the build", log, rc, nospace)
     dt = time.time() - t0
     no_work = no_work or steps == 0
     if no_work:
