@@ -279,25 +279,6 @@ def _run_logged(cmd: list[str], log: Path, cwd: Path, env: dict, bar_desc: str |
     return rc, steps, no_work, nospace
 
 
-def _last_run_hit_nospace(log: Path) -> bool:
-    """True if the output of the last command in `log` (after its last "$ " line) reports a full disk.
-
-    The whole run is scanned: with -j2 the sibling compile keeps printing warnings after the
-    failing one, so the ENOSPC line can be hundreds of lines above the end.
-    """
-    hit = False
-    try:
-        with open(log, errors="replace") as f:
-            for line in f:
-                if line.startswith("$ "):
-                    hit = False
-                elif not hit and NOSPACE.search(line):
-                    hit = True
-    except OSError:
-        return False
-    return hit
-
-
 def _disk_nearly_full(path: Path, min_free: int = 4 << 20) -> bool:
     try:
         return shutil.disk_usage(path).free < min_free
@@ -307,9 +288,9 @@ def _disk_nearly_full(path: Path, min_free: int = 4 << 20) -> bool:
 
 def _fail(what: str, log: Path, rc: int, nospace: bool = False) -> ToolkitError:
     tail = _tail(log, 40)
-    # three witnesses: the stream, the log, and the disk itself (a compiler that cannot write its output
-    # does not always say why, and the log may sit on the full disk)
-    if nospace or _last_run_hit_nospace(log) or _disk_nearly_full(log.parent):
+    # two witnesses: ninja's output as it streamed (the log is a copy, and may sit on the full disk), and
+    # the disk itself (a compiler that cannot write its output does not always say why)
+    if nospace or _disk_nearly_full(log.parent):
         return ToolkitError(f"{what} failed: no space left on the device (see {log}). The build dir "
                             f"keeps only complete outputs; free some space (or point "
                             f"TURBO_LLAMA_CACHE / --build-dir at a bigger disk) and run "
