@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # turbo-llama: builds .devcarry/tree.tar.gz for ci/gpu-run.sh from a prepared (overlaid + patched) llama.cpp tree.
 #   ci/make-devcarry.sh <prepared tree dir or git repo>
-# Strips what a CUDA build does not need (docs, models, media, other backends, web UI, benches) to stay far
+# Strips what a CUDA build does not need (docs, models, media, other backends, the web UI sources (its CMake
+# stays: the server build asks for it), benches) to stay far
 # below the device tool's 64 MiB per call (about 7 MB compressed at b11312).
 set -eu
 SRC=$1
@@ -12,7 +13,7 @@ if [ -d "$SRC/.git" ]; then git -C "$SRC" archive HEAD | tar -x -C "$TMP/tree"; 
 # the tree's CUDA dir gets the current cuda/ sources at run time (gpu-run.sh), but keep them in sync here too
 while read -r s d; do case "$s" in cuda/*) cp "$REPO/$s" "$TMP/tree/$d" ;; esac; done < "$REPO/patches/b11312/overlay"
 cd "$TMP/tree"
-rm -rf docs models media benches tools/ui ggml/src/ggml-{hexagon,sycl,vulkan,opencl,cann,metal,musa,openvino,webgpu,zdnn,zendnn,virtgpu,et}
+rm -rf docs models media benches tools/ui/src tools/ui/tests tools/ui/static ggml/src/ggml-{hexagon,sycl,vulkan,opencl,cann,metal,musa,openvino,webgpu,zdnn,zendnn,virtgpu,et}
 mkdir -p "$REPO/.devcarry"
 tar czf "$REPO/.devcarry/tree.tar.gz" -C "$TMP" tree
 rm -rf "$TMP"

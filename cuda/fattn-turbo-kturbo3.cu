@@ -1,4 +1,7 @@
 // turbo-llama: fused turbo flash-attention decode kernels with K type turbo3 (see fattn-turbo.cuh).
 #include "fattn-turbo.cuh"
+#include "fattn-turbo-mma.cuh"
 
 template void ggml_cuda_turbo_fattn_launch<GGML_TYPE_TURBO3>(cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);
+template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3>(cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);
+template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3>(int, ggml_type, int);

@@ -1,7 +1,9 @@
 // turbo-llama: host side of the fused turbo flash-attention decode (kernels in fattn-turbo.cuh).
 #include "fattn-turbo.cuh"
+#include "fattn-turbo-mma.cuh"
 
 #include <cmath>
+#include <cstdlib>
 
 bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst) {
     const ggml_tensor * Q    = dst->src[0];
@@ -70,16 +72,36 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     const int gqa       = n_head / n_head_kv;
     const int n_kv      = (int) K->ne[1];
 
-    const int R     = gqa*n_q;
-    const int ncols = R <= 4 ? 4 : 8;
-    const int nrg   = (R + ncols - 1) / ncols;
-
     const int id  = ggml_cuda_get_device();
     const int nsm = ggml_cuda_info().devices[id].nsm;
-    const int n_tiles = (n_kv + TURBO_FA_TILE - 1) / TURBO_FA_TILE;
+
+    // tensor-core kernel (v4) for turbo K with turbo V on Ampere and newer; TURBO_FA_V3=1 forces the scalar one
+    static const bool force_v3 = getenv("TURBO_FA_V3") != nullptr && atoi(getenv("TURBO_FA_V3")) != 0;
+    const bool use_mma = !force_v3 && ggml_cuda_is_turbo_type(K->type) && ggml_cuda_is_turbo_type(V->type) &&
+        ampere_mma_available(ggml_cuda_info().devices[id].cc);
+    // kernel variant (see fattn-turbo-mma.cuh): 5 by default; TURBO_FA_MMA=4|5|6 picks one for comparisons
+    static const int mma_var = getenv("TURBO_FA_MMA") && atoi(getenv("TURBO_FA_MMA")) >= 4 && atoi(getenv("TURBO_FA_MMA")) <= 6
+        ? atoi(getenv("TURBO_FA_MMA")) : 5;
+
+    const int R     = gqa*n_q;
+    const int ncols = use_mma ? TURBO_MMA_ROWS : (R <= 4 ? 4 : 8);
+    const int nrg   = (R + ncols - 1) / ncols;
+
+    // splits of the KV sequence: enough blocks in flight to hide the load latency
+    const int tile  = use_mma ? TURBO_MMA_KEYS : TURBO_FA_TILE;
+    const int n_tiles = (n_kv + tile - 1) / tile;
     const int blocks_base = nrg*n_head_kv*ne3;
-    const int target = 8*nsm;   // enough blocks in flight to hide the latency of the staged loads
-    int n_split = std::max(1, std::min(std::max(n_tiles, 1), (target + blocks_base - 1) / blocks_base));
+    int target = 8*nsm;
+    if (use_mma) {
+        const int occ = K->type == GGML_TYPE_TURBO3 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3>(D, V->type, mma_var)
+                                                    : ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(D, V->type, mma_var);
+        const char * e = getenv("TURBO_FA_WAVES");   // tuning knob: blocks per split target, in waves
+        target = occ*nsm*(e ? std::max(1, atoi(e)) : 1);
+    }
+    const int min_tiles = use_mma ? TURBO_MMA_WARPS : 1;   // every warp of a v4 block gets a tile
+    // v4/v5: at most one wave (floor), v3: at least its target (ceil)
+    const int want = use_mma ? std::max(1, target / blocks_base) : (target + blocks_base - 1) / blocks_base;
+    int n_split = std::max(1, std::min(std::max(n_tiles / min_tiles, 1), want));
     const int tps = std::max(1, (n_tiles + n_split - 1) / n_split);
     n_split = std::max(1, (n_tiles + tps - 1) / tps);
 
@@ -107,7 +129,13 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     p.nrg = nrg; p.n_split = n_split; p.tiles_per_split = tps;
 
     const dim3 grid(n_split, n_head_kv*nrg, ne3);
-    switch (K->type) {
+    if (use_mma) {
+        if (K->type == GGML_TYPE_TURBO3) {
+            ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3>(stream, D, V->type, mma_var, p, grid);
+        } else {
+            ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2>(stream, D, V->type, mma_var, p, grid);
+        }
+    } else switch (K->type) {
         case GGML_TYPE_F16:    ggml_cuda_turbo_fattn_launch<GGML_TYPE_F16>   (stream, D, V->type, ncols, p, grid); break;
         case GGML_TYPE_Q8_0:   ggml_cuda_turbo_fattn_launch<GGML_TYPE_Q8_0>  (stream, D, V->type, ncols, p, grid); break;
         case GGML_TYPE_TURBO3: ggml_cuda_turbo_fattn_launch<GGML_TYPE_TURBO3>(stream, D, V->type, ncols, p, grid); break;

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import os
 import re
 import signal
 import socket
@@ -20,10 +21,16 @@ from turbo_llama.llama_tools import LlamaServer, free_port, stop_process
 THREADS = 2
 SEED = 1234
 
+# $TURBO_LLAMA_NGL (tests/conftest.py): unset/0 = CPU, the arguments below exactly as always;
+# N > 0 = GPU run (ci/gpu-kv.sh): every tool also gets -ngl N (the thread arguments stay: harmless)
+NGL = int(os.environ.get("TURBO_LLAMA_NGL") or 0)
+GPU = NGL > 0
+OFFLOAD = ["-ngl", str(NGL)] if GPU else []
+
 
 def kv_args(ctk: str, ctv: str, ctx: int = 2048) -> list[str]:
     return ["-ctk", ctk, "-ctv", ctv, "-fa", "on", "-c", str(ctx), "-t", str(THREADS),
-            "-tb", str(THREADS), "--seed", str(SEED)]
+            "-tb", str(THREADS), "--seed", str(SEED), *OFFLOAD]
 
 
 @contextmanager

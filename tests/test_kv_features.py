@@ -1,6 +1,7 @@
 """Issue #7, llama side: features that move the KV cache around keep working with turbo caches,
 or refuse clearly; none may corrupt a conversation silently. All on the real default model
-(Gemma 3 270M), CPU, greedy, 2 threads, small contexts.
+(Gemma 3 270M), CPU, greedy, 2 threads, small contexts. With TURBO_LLAMA_NGL > 0 (tests/conftest.py) the
+same tests run offloaded to a GPU (ci/gpu-kv.sh), where they are recorded.
 
 - sequence state save/restore through llama-server's slot files, into a fresh server process
 - parallel slots: isolation, and sanity under concurrent load (compared with f16)
@@ -16,8 +17,8 @@ import statistics
 
 import pytest
 
-from _kv_helpers import (ServerDied, complete, concurrently, first_divergence, readability, request, rpc_server,
-                         run, server, tail)
+from _kv_helpers import (GPU, OFFLOAD, ServerDied, complete, concurrently, first_divergence, readability, request,
+                         rpc_server, run, server, tail)
 
 pytestmark = pytest.mark.slow
 
@@ -257,12 +258,12 @@ RPC_PROMPT = "The history of the printing press begins in"
 def completion_cmd(exe, model, ctk, ctv, prompt, n, *extra):
     return [exe, "-m", model, "-p", prompt, "-n", str(n), "-c", "1024", "-ctk", ctk, "-ctv", ctv,
             "-fa", "on", "--temp", "0", "--top-k", "1", "--seed", "1", "-no-cnv", "--no-warmup",
-            "-t", "2", *extra]
+            "-t", "2", *OFFLOAD, *extra]
 
 
 def ppl(exe, model, text_file, ctk, ctv, *extra) -> float:
     out = run([exe, "-m", model, "-f", text_file, "-c", "512", "--chunks", "2", "-ctk", ctk, "-ctv", ctv,
-               "-fa", "on", "-t", "2", *extra], timeout=900)
+               "-fa", "on", "-t", "2", *OFFLOAD, *extra], timeout=900)
     m = re.search(r"Final estimate: PPL = ([0-9.]+)", out.stdout + out.stderr)
     assert out.returncode == 0 and m, (out.stdout + out.stderr)[-3000:]
     return float(m.group(1))
@@ -272,13 +273,18 @@ def test_rpc_carries_turbo_caches(llama_tool, model_path, jargon_path, tmp_path)
     """The model and the turbo3 KV cache on a ggml-rpc-server (CPU) give what a local CPU run gives.
     The RPC server's CPU backend holds the weights unrepacked, so the local run uses -nr (--no-repack)
     for the same arithmetic: with repacked Q4_K matmuls the greedy text departs after a few tokens for
-    every cache type (f16 too), and turbo3's perplexity moves by ~7% (f16: 0.07%)."""
+    every cache type (f16 too), and turbo3's perplexity moves by ~7% (f16: 0.07%).
+    GPU run: the RPC server serves the GPU, the local run is on that GPU (-ngl, no -nr), and the client
+    is pinned to the RPC device (-dev RPC0, after --rpc registers it), else it splits the layers
+    between its own GPU and the RPC one."""
     exe = llama_tool("llama-completion")
-    local = run(completion_cmd(exe, model_path, "turbo3", "turbo3", RPC_PROMPT, 32, "-nr"))
+    local_args = [] if GPU else ["-nr"]
+    to_rpc = ["-dev", "RPC0"] if GPU else []
+    local = run(completion_cmd(exe, model_path, "turbo3", "turbo3", RPC_PROMPT, 32, *local_args))
     assert local.returncode == 0, local.stderr[-3000:]
     with rpc_server(llama_tool("ggml-rpc-server"), tmp_path / "rpc.log") as addr:
         remote = run(completion_cmd(exe, model_path, "turbo3", "turbo3", RPC_PROMPT, 32,
-                                    "--rpc", addr, "-ngl", "99", "-lv", "4"))
+                                    "--rpc", addr, *to_rpc, "-ngl", "99", "-lv", "4"))
         assert remote.returncode == 0, remote.stderr[-3000:] + tail(tmp_path / "rpc.log")
         # the layers and the turbo KV cache really live on the RPC device
         assert "offloaded 19/19 layers to GPU" in remote.stderr, remote.stderr[-3000:]
@@ -289,8 +295,8 @@ def test_rpc_carries_turbo_caches(llama_tool, model_path, jargon_path, tmp_path)
             return
         # the split changed the arithmetic: then the same perplexity within 0.1%
         p_remote = ppl(llama_tool("llama-perplexity"), model_path, jargon_path, "turbo3", "turbo3",
-                       "--rpc", addr, "-ngl", "99")
-    p_local = ppl(llama_tool("llama-perplexity"), model_path, jargon_path, "turbo3", "turbo3", "-nr")
+                       "--rpc", addr, *to_rpc, "-ngl", "99")
+    p_local = ppl(llama_tool("llama-perplexity"), model_path, jargon_path, "turbo3", "turbo3", *local_args)
     assert abs(p_remote - p_local) <= 0.001 * p_local, (
         f"RPC text {gen(remote)!r} != local {gen(local)!r}, and PPL {p_remote} vs {p_local}")
 

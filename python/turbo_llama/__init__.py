@@ -2,9 +2,21 @@
 
 The quantizer below is the C reference in cpu_ref/, the same code that goes into ggml.
 """
-from ._turbo import BLOCK_SIZE, dequantize, quantize, rotate, unrotate
-
 __version__ = "0.1.0"
+
+BLOCK_SIZE = 128   # values per turbo block (QK_TURBO in cpu_ref/ggml-turbo.h; the bindings assert it)
+_BINDINGS = ("dequantize", "quantize", "rotate", "unrotate")
+
+
+def __getattr__(name):
+    # the bindings load on first use, so that the workflow commands (build, bench) run without them
+    if name in _BINDINGS:
+        from . import _turbo
+        if _turbo.BLOCK_SIZE != BLOCK_SIZE:
+            raise ImportError(f"turbo_llama._turbo has block size {_turbo.BLOCK_SIZE}, expected {BLOCK_SIZE}")
+        return getattr(_turbo, name)
+    raise AttributeError(f"module 'turbo_llama' has no attribute {name!r}")
+
 
 TYPES = {
     "turbo3": {"block_size": BLOCK_SIZE, "type_size": 50, "bits_per_value": 50 * 8 / BLOCK_SIZE},

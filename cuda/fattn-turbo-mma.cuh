@@ -1,0 +1,569 @@
+// turbo-llama: tensor-core flash-attention decode for turbo K and turbo V (kernel v4, DESIGN.md §2).
+//
+// Why: the scalar kernel (fattn-turbo.cuh) spends ~830 shared-memory instructions per key and runs at
+// 0.23 TB/s on the cache. Here every warp walks its own keys, 16 at a time, with all query rows of the
+// GQA group (up to 8) in one mma.m16n8k16 column set, and nothing but two 64-entry tables in shared memory:
+//   S^T (16 keys x 8 rows)  = K (16 x 128) . Q^T        A = centroids decoded from the codes in registers
+//   O^T (128 x 8 rows)     += V^T (128 x 16) . P^T      B = P^T, transposed in registers by movmatrix
+// Both products are in the rotated domain: q is rotated once per block, the combine kernel rotates the
+// output back once per row (k_turbo_fattn_combine). A dot product is a sum over dimensions, so each
+// thread takes the dimensions that sit together in the packed codes (see the index helpers) and q's
+// fragments use the same order. Codes become f16 pairs through a table: 6 bits (two 2-bit low planes,
+// two high bits) -> half2 of two centroids. The per-block norms scale S (K) and P (V) in f32/f16.
+// Scores are kept in base 2 (q carries log2 e), the partial maxima are handed back in base e.
+#pragma once
+
+#include "fattn-turbo.cuh"
+
+#define TURBO_MMA_WARPS 4
+#define TURBO_MMA_ROWS  8    // query rows per block: the N of the mma
+#define TURBO_MMA_KEYS  16   // keys per warp step: the M of S^T
+#define TURBO_MMA_MIN_BLOCKS 4   // variant 6, D = 128: registers capped for 4 blocks (16 warps) per SM
+
+static __device__ __forceinline__ void turbo_mma_16816(float c[4], const uint32_t a[4], const uint32_t b0, const uint32_t b1) {
+#ifdef AMPERE_MMA_AVAILABLE
+    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+#else
+    GGML_UNUSED(c); GGML_UNUSED(a); GGML_UNUSED(b0); GGML_UNUSED(b1);
+    NO_DEVICE_CODE;
+#endif
+}
+
+// 8x8 f16 transpose across the warp: lane (r = lane/4, c = 2*(lane%4)) holds (r, c..c+1) before and after
+static __device__ __forceinline__ uint32_t turbo_movmatrix_trans(const uint32_t x) {
+#ifdef AMPERE_MMA_AVAILABLE
+    uint32_t y;
+    asm volatile("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;" : "=r"(y) : "r"(x));
+    return y;
+#else
+    GGML_UNUSED(x);
+    NO_DEVICE_CODE;
+    return 0;
+#endif
+}
+
+static __device__ __forceinline__ uint32_t turbo_h2_bits(const float a, const float b) {
+    const half2 h = __floats2half2_rn(a, b);   // a in the low 16 bits: the lower k index of a fragment
+    return *(const uint32_t *) &h;
+}
+
+// pair table entry i: (centroid of code 1, centroid of code 2), i = lo1 | lo2 << 2 | hi1 << 4 | hi2 << 5
+template <int bits> static __device__ __forceinline__ uint32_t turbo_mma_pair(const int i) {
+    if (bits == 3) {
+        return turbo_h2_bits(turbo_d_c3[(i & 3) | ((i >> 4) & 1) << 2], turbo_d_c3[((i >> 2) & 3) | ((i >> 5) & 1) << 2]);
+    }
+    return turbo_h2_bits(turbo_d_c2[i & 3], turbo_d_c2[(i >> 2) & 3]);
+}
+
+// registers of one 16-key step, loaded one step ahead as raw 16-bit halves (assembled only when used, so
+// that the loads stay in flight during the step before). Turbo blocks are 50/34 bytes: 2-byte aligned.
+//   K: keys g, g+8 (g = lane/4): dims 32t..32t+31 of each 128-block (t = lane%4): low-plane words 2t, 2t+1,
+//      high-plane word 8+t (turbo3), and the block norm.
+//   V: keys 2t, 2t+1, 2t+8, 2t+9: dims 16g..16g+15 of each 128-block: low-plane word g, high-plane 16 bits
+//      at byte 32 + 2g (turbo3); V norms of keys g, g+8 (the keys of this lane's P entries).
+template <int NB, int KBITS, int VBITS>
+struct turbo_mma_step {
+    static constexpr int KH = KBITS == 3 ? 6 : 4;   // 16-bit halves per key and block
+    static constexpr int VH = VBITS == 3 ? 3 : 2;
+    uint16_t k[2][NB][KH];
+    uint16_t v[4][NB][VH];
+    uint16_t kn[2][NB], vn[2][NB];
+
+    __device__ __forceinline__ void load(const char * Kb, const int64_t nb11, const char * Vb, const int64_t nb21,
+            const int k0, const int n_kv, const int g, const int t) {
+        constexpr int KBS = KBITS == 3 ? 50 : 34, VBS = VBITS == 3 ? 50 : 34;
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int key = k0 + g + 8*i;
+            const bool ok = key < n_kv;
+            const char * kr = Kb + (int64_t) (ok ? key : 0)*nb11;
+            const char * vr = Vb + (int64_t) (ok ? key : 0)*nb21;
+#pragma unroll
+            for (int b = 0; b < NB; ++b) {
+                const uint16_t * qs = (const uint16_t *) (kr + b*KBS + 2);
+#pragma unroll
+                for (int h = 0; h < 4; ++h) {
+                    k[i][b][h] = ok ? qs[4*t + h] : 0;            // words 2t, 2t+1
+                }
+                if (KBITS == 3) {
+                    k[i][b][4] = ok ? qs[16 + 2*t] : 0;          // word 8 + t
+                    k[i][b][5] = ok ? qs[16 + 2*t + 1] : 0;
+                }
+                kn[i][b] = ok ? *(const uint16_t *) (kr + b*KBS) : 0;
+                vn[i][b] = ok ? *(const uint16_t *) (vr + b*VBS) : 0;
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int key = k0 + 2*t + (i & 1) + 8*(i >> 1);
+            const bool ok = key < n_kv;
+            const char * vr = Vb + (int64_t) (ok ? key : 0)*nb21;
+#pragma unroll
+            for (int b = 0; b < NB; ++b) {
+                const uint16_t * qs = (const uint16_t *) (vr + b*VBS + 2);
+                v[i][b][0] = ok ? qs[2*g] : 0;
+                v[i][b][1] = ok ? qs[2*g + 1] : 0;
+                if (VBITS == 3) {
+                    v[i][b][2] = ok ? qs[16 + g] : 0;
+                }
+            }
+        }
+    }
+};
+
+static __device__ __forceinline__ uint32_t turbo_u32(const uint16_t lo, const uint16_t hi) {
+    return (uint32_t) lo | ((uint32_t) hi << 16);
+}
+
+// ---- v5: the tile's bytes are copied by the whole warp with 4-byte cp.async into a per-warp ring of
+// shared-memory stages (a key's NB blocks are contiguous and 2-byte aligned: the copy covers them from the
+// 4-byte word below), so that a warp's loads are a few coalesced requests instead of 16-bit loads spread
+// over 16 rows; each lane then reads its words from shared memory.
+template <int NB, int KBITS, int VBITS>
+struct turbo_mma_stage_cfg {
+    static constexpr int KBYTES = NB*(KBITS == 3 ? 50 : 34);   // one key's bytes of this head
+    static constexpr int VBYTES = NB*(VBITS == 3 ? 50 : 34);
+    static constexpr int KW = (KBYTES + 2 + 3)/4;              // words that cover them from either alignment
+    static constexpr int VW = (VBYTES + 2 + 3)/4;
+    static constexpr int WORDS = TURBO_MMA_KEYS*(KW + VW);     // one stage
+    static constexpr int NSTAGE = NB == 1 ? 3 : 2;             // stages in flight (shared memory: 48 KB static)
+};
+
+static __device__ __forceinline__ void turbo_cp_async4(const uint32_t dst, const void * src, const int src_bytes) {
+#ifdef AMPERE_MMA_AVAILABLE
+    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(dst), "l"(src), "r"(src_bytes));
+#else
+    GGML_UNUSED(dst); GGML_UNUSED(src); GGML_UNUSED(src_bytes);
+#endif
+}
+static __device__ __forceinline__ void turbo_cp_async_commit() {
+#ifdef AMPERE_MMA_AVAILABLE
+    asm volatile("cp.async.commit_group;");
+#endif
+}
+template <int N> static __device__ __forceinline__ void turbo_cp_async_wait() {
+#ifdef AMPERE_MMA_AVAILABLE
+    asm volatile("cp.async.wait_group %0;" :: "n"(N));
+#endif
+}
+
+// copies the NBYTES of 16 rows (keys k0..k0+15) into words[16][NW]; keys past n_kv are zero-filled
+template <int NBYTES, int NWORDS>
+static __device__ __forceinline__ void turbo_mma_stage_rows(uint32_t * words, const char * base, const int64_t nb1,
+        const int k0, const int n_kv, const int lane) {
+    const uint32_t dst0 = (uint32_t) __cvta_generic_to_shared(words);
+#pragma unroll
+    for (int w = lane; w < TURBO_MMA_KEYS*NWORDS; w += WARP_SIZE) {
+        const int kk = w / NWORDS, j = w % NWORDS;
+        const int key = k0 + kk;
+        const char * row = base + (int64_t) (key < n_kv ? key : 0)*nb1;
+        const int sh = (int) ((uintptr_t) row & 3);
+        const int n = key < n_kv ? min(4, max(0, sh + NBYTES - 4*j)) : 0;   // no byte past the key's blocks
+        turbo_cp_async4(dst0 + 4*w, row - sh + 4*j, n);
+    }
+}
+
+// a 32-bit value at an even byte offset of a staged row
+static __device__ __forceinline__ uint32_t turbo_sh_u32(const uint32_t * row, const int off) {
+    const uint32_t a = row[off >> 2];
+    return (off & 2) ? __funnelshift_r(a, row[(off >> 2) + 1], 16) : a;
+}
+static __device__ __forceinline__ uint32_t turbo_sh_u16(const uint32_t * row, const int off) {
+    return (row[off >> 2] >> ((off & 2)*8)) & 0xFFFFu;
+}
+
+// K: pair m (dims 2m, 2m+1 of the lane's 32) -> table index
+template <int bits> static __device__ __forceinline__ int turbo_mma_kidx(const uint32_t lo0, const uint32_t lo1, const uint32_t hi, const int m) {
+    int idx = ((m < 8 ? lo0 : lo1) >> (4*(m & 7))) & 15;
+    if (bits == 3) {
+        idx |= ((hi >> (2*m)) & 3) << 4;
+    }
+    return idx;
+}
+
+// V: the codes of two keys a, b at the lane's 16 dims, interleaved so that nibble jj of lo_e/lo_o holds
+// (a, b) at dim 2jj / 2jj+1, and bits 2jj, 2jj+1 of hi_e/hi_o their high bits
+struct turbo_mma_vpair {
+    uint32_t lo_e, lo_o, hi_e, hi_o;
+    __device__ __forceinline__ void make(const uint32_t wa, const uint32_t wb, const uint32_t ha, const uint32_t hb) {
+        lo_e = (wa & 0x33333333u) | ((wb & 0x33333333u) << 2);
+        lo_o = ((wa >> 2) & 0x33333333u) | (wb & 0xCCCCCCCCu);
+        hi_e = (ha & 0x5555u) | ((hb & 0x5555u) << 1);
+        hi_o = ((ha >> 1) & 0x5555u) | (hb & 0xAAAAu);
+    }
+};
+template <int bits> static __device__ __forceinline__ int turbo_mma_vidx(const uint32_t lo, const uint32_t hi, const int jj) {
+    int idx = (lo >> (4*jj)) & 15;
+    if (bits == 3) {
+        idx |= ((hi >> (2*jj)) & 3) << 4;
+    }
+    return idx;
+}
+
+// VAR: 4 = v4 (16-bit loads into registers, one step ahead); 5 = v5 (cp.async ring); 6 = v5 with the
+// registers capped for TURBO_MMA_MIN_BLOCKS blocks per SM at D = 128 (more warps, a few spilled values)
+template <int D, ggml_type type_K, ggml_type type_V, int VAR>
+__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 6 ? TURBO_MMA_MIN_BLOCKS : 3) : 1)
+static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
+    constexpr bool STAGED = VAR >= 5;
+#ifndef AMPERE_MMA_AVAILABLE
+    GGML_UNUSED(p);
+    NO_DEVICE_CODE;
+#else
+    constexpr int NB = D / QK_TURBO;
+    constexpr int NW = TURBO_MMA_WARPS;
+    constexpr int NR = TURBO_MMA_ROWS;
+    constexpr int KBITS = turbo_fa_stage<type_K>::bits, VBITS = turbo_fa_stage<type_V>::bits;
+    constexpr int QS = D + 4;
+    constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
+
+    typedef turbo_mma_stage_cfg<NB, KBITS, VBITS> cfg;
+    constexpr int RING = STAGED ? NW*cfg::NSTAGE*cfg::WORDS : 0;       // staging ring (v5), words
+    constexpr int OSZ  = NW*NR*D;                                     // the warps' outputs (epilogue), floats
+    __shared__ float    q_sh[NR*QS];
+    __shared__ uint32_t pairK[64], pairV[64];
+    __shared__ float    Ms[NW*NR], Ls[NW*NR];
+    __shared__ uint32_t ring_os[RING > OSZ ? RING : OSZ];             // the ring is dead when the outputs are written
+    float * Os = (float *) ring_os;
+
+    const int tid  = threadIdx.x;
+    const int lane = tid % WARP_SIZE;
+    const int warp = tid / WARP_SIZE;
+    const int g = lane >> 2, t = lane & 3;
+
+    const int split = blockIdx.x;
+    const int hk    = blockIdx.y / p.nrg;
+    const int rg    = blockIdx.y % p.nrg;
+    const int iq3   = blockIdx.z;
+    const int R     = p.gqa*p.n_q;
+
+    if (tid < 64) {
+        pairK[tid] = turbo_mma_pair<KBITS>(tid);
+        pairV[tid] = turbo_mma_pair<VBITS>(tid);
+    }
+    // q rows, scaled (softmax scale and log2 e), signs applied, then the FWHT of each 128-block
+    const float qscale = p.scale*LOG2E;
+    for (int it = tid; it < NR*D; it += NW*WARP_SIZE) {
+        const int r = it / D, d = it % D;
+        const int rho = rg*NR + r;
+        float v = 0.0f;
+        if (rho < R) {
+            const int j = rho / p.gqa, h = hk*p.gqa + rho % p.gqa;
+            v = *(const float *) (p.Q + iq3*p.nb03 + h*p.nb02 + j*p.nb01 + d*sizeof(float))*qscale;
+            if (turbo_sign_neg(d % QK_TURBO)) {
+                v = -v;
+            }
+        }
+        q_sh[r*QS + d] = v;
+    }
+    __syncthreads();
+#pragma unroll
+    for (int h = 1; h < QK_TURBO; h *= 2) {
+        for (int it = tid; it < NR*D/2; it += NW*WARP_SIZE) {
+            const int r = it / (D/2), q = it % (D/2);
+            const int blk = q / (QK_TURBO/2), pp = q % (QK_TURBO/2);
+            const int i = r*QS + blk*QK_TURBO + (pp / h)*2*h + pp % h;
+            const float a = q_sh[i], b = q_sh[i + h];
+            q_sh[i]     = a + b;
+            q_sh[i + h] = a - b;
+        }
+        __syncthreads();
+    }
+    // B fragments of Q^T: chunk c = 8*blk + cc holds dims 128 blk + 32t + 4cc + {0,1} (b0), {2,3} (b1) of row g
+    uint32_t qb[NB*8][2];
+#pragma unroll
+    for (int c = 0; c < NB*8; ++c) {
+        const float * qr = q_sh + g*QS + (c >> 3)*QK_TURBO + 32*t + 4*(c & 7);
+        qb[c][0] = turbo_h2_bits(qr[0]*TURBO_CUDA_INV_SQRT_QK, qr[1]*TURBO_CUDA_INV_SQRT_QK);
+        qb[c][1] = turbo_h2_bits(qr[2]*TURBO_CUDA_INV_SQRT_QK, qr[3]*TURBO_CUDA_INV_SQRT_QK);
+    }
+
+    // rows of this lane in S^T and O^T: 2t, 2t+1
+    float slope[2];
+    const half * mrow[2];
+    const half * maskb = p.mask ? (const half *) (p.mask + (int64_t) (iq3 % p.ne33)*p.nb33) : nullptr;
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        const int rho = rg*NR + 2*t + i;
+        const bool ok = rho < R;
+        const int j = ok ? rho / p.gqa : 0;
+        const int h = hk*p.gqa + (ok ? rho % p.gqa : 0);
+        slope[i] = turbo_alibi_slope(p.max_bias, h, p.n_head_log2, p.m0, p.m1)*LOG2E;
+        mrow[i] = maskb ? maskb + (int64_t) j*(p.nb31/sizeof(half)) : nullptr;
+    }
+    const float cap  = p.logit_softcap*LOG2E;
+    const float icap = p.logit_softcap != 0.0f ? 1.0f/cap : 0.0f;
+
+    const char * Kb = p.K + (int64_t) hk*p.nb12 + (int64_t) (iq3 % p.ne13)*p.nb13;
+    const char * Vb = p.V + (int64_t) hk*p.nb22 + (int64_t) (iq3 % p.ne23)*p.nb23;
+
+    float o[NB*8][4];
+#pragma unroll
+    for (int j = 0; j < NB*8; ++j) {
+        o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
+    }
+    float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f};
+
+    const int n_tiles = (p.n_kv + TURBO_MMA_KEYS - 1) / TURBO_MMA_KEYS;
+    const int t_begin = split*p.tiles_per_split;
+    const int t_end   = min(n_tiles, t_begin + p.tiles_per_split);
+
+    __syncthreads();   // tables ready
+
+    turbo_mma_step<NB, KBITS, VBITS> cur, nxt;
+    uint32_t * ring = ring_os + warp*cfg::NSTAGE*cfg::WORDS;
+    int tt = t_begin + warp;
+    if (STAGED) {
+#pragma unroll
+        for (int st = 0; st < cfg::NSTAGE - 1; ++st) {
+            const int t1 = tt + st*NW;
+            if (t1 < t_end) {
+                turbo_mma_stage_rows<cfg::KBYTES, cfg::KW>(ring + st*cfg::WORDS, Kb, p.nb11, t1*TURBO_MMA_KEYS, p.n_kv, lane);
+                turbo_mma_stage_rows<cfg::VBYTES, cfg::VW>(ring + st*cfg::WORDS + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1*TURBO_MMA_KEYS, p.n_kv, lane);
+            }
+            turbo_cp_async_commit();
+        }
+    } else if (tt < t_end) {
+        cur.load(Kb, p.nb11, Vb, p.nb21, tt*TURBO_MMA_KEYS, p.n_kv, g, t);
+    }
+    for (int it = 0; tt < t_end; tt += NW, ++it) {
+        const int k0 = tt*TURBO_MMA_KEYS;
+        const uint32_t * kst = ring + (it % cfg::NSTAGE)*cfg::WORDS;   // this step's stage (v5)
+        const uint32_t * vst = kst + TURBO_MMA_KEYS*cfg::KW;
+        constexpr int KBS = KBITS == 3 ? 50 : 34, VBS = VBITS == 3 ? 50 : 34;
+        int ksh[2], vsh[2], vsh4[4];   // v5: where each key's blocks start in its staged row (0 or 2)
+        if (STAGED) {
+            __syncwarp();   // every lane is done with the stage refilled below (read in the step before)
+            const int t1 = tt + (cfg::NSTAGE - 1)*NW;
+            uint32_t * nst = ring + ((it + cfg::NSTAGE - 1) % cfg::NSTAGE)*cfg::WORDS;
+            if (t1 < t_end) {
+                turbo_mma_stage_rows<cfg::KBYTES, cfg::KW>(nst, Kb, p.nb11, t1*TURBO_MMA_KEYS, p.n_kv, lane);
+                turbo_mma_stage_rows<cfg::VBYTES, cfg::VW>(nst + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1*TURBO_MMA_KEYS, p.n_kv, lane);
+            }
+            turbo_cp_async_commit();
+            turbo_cp_async_wait<cfg::NSTAGE - 1>();
+            __syncwarp();   // the other lanes' copies of this step's stage are visible
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                const int key = min(k0 + g + 8*i, p.n_kv - 1);
+                ksh[i] = (int) (((uintptr_t) Kb + (int64_t) key*p.nb11) & 3);
+                vsh[i] = (int) (((uintptr_t) Vb + (int64_t) key*p.nb21) & 3);
+            }
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int key = min(k0 + 2*t + (i & 1) + 8*(i >> 1), p.n_kv - 1);
+                vsh4[i] = (int) (((uintptr_t) Vb + (int64_t) key*p.nb21) & 3);
+            }
+        } else if (tt + NW < t_end) {
+            nxt.load(Kb, p.nb11, Vb, p.nb21, k0 + NW*TURBO_MMA_KEYS, p.n_kv, g, t);
+        }
+
+        // ---- S^T = K . Q^T, one 128-block at a time (each has its own norm)
+        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+            uint32_t lo0[2], lo1[2], hi[2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                if (STAGED) {
+                    const uint32_t * kr = kst + (g + 8*i)*cfg::KW;
+                    lo0[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 2 + 8*t);
+                    lo1[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 6 + 8*t);
+                    hi[i]  = KBITS == 3 ? turbo_sh_u32(kr, ksh[i] + b*KBS + 34 + 4*t) : 0u;
+                } else {
+                    lo0[i] = turbo_u32(cur.k[i][b][0], cur.k[i][b][1]);
+                    lo1[i] = turbo_u32(cur.k[i][b][2], cur.k[i][b][3]);
+                    hi[i]  = KBITS == 3 ? turbo_u32(cur.k[i][b][4], cur.k[i][b][5]) : 0u;
+                }
+            }
+            float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+#pragma unroll
+            for (int cc = 0; cc < 8; ++cc) {
+                uint32_t a[4];
+                a[0] = pairK[turbo_mma_kidx<KBITS>(lo0[0], lo1[0], hi[0], 2*cc)];
+                a[1] = pairK[turbo_mma_kidx<KBITS>(lo0[1], lo1[1], hi[1], 2*cc)];
+                a[2] = pairK[turbo_mma_kidx<KBITS>(lo0[0], lo1[0], hi[0], 2*cc + 1)];
+                a[3] = pairK[turbo_mma_kidx<KBITS>(lo0[1], lo1[1], hi[1], 2*cc + 1)];
+                turbo_mma_16816(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
+            }
+            const float n0 = __half2float(__ushort_as_half((uint16_t) (STAGED ? turbo_sh_u16(kst + g*cfg::KW, ksh[0] + b*KBS) : cur.kn[0][b])));
+            const float n1 = __half2float(__ushort_as_half((uint16_t) (STAGED ? turbo_sh_u16(kst + (g + 8)*cfg::KW, ksh[1] + b*KBS) : cur.kn[1][b])));
+            s[0] += sb[0]*n0; s[1] += sb[1]*n0;
+            s[2] += sb[2]*n1; s[3] += sb[3]*n1;
+        }
+        // s[e]: key k0 + g + 8*(e/2), row 2t + e%2
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            const int key = k0 + g + 8*(e >> 1);
+            float v = s[e];
+            if (p.logit_softcap != 0.0f) {
+                v = cap*tanhf(v*icap);
+            }
+            if (key >= p.n_kv) {
+                v = -INFINITY;
+            } else if (maskb) {
+                v += slope[e & 1]*__half2float(mrow[e & 1][key]);
+            }
+            s[e] = v;
+        }
+
+        // ---- online softmax over the 16 keys (lanes of equal t share a row)
+        float alpha[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            float mx = fmaxf(s[i], s[i + 2]);
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 4));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 8));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 16));
+            const float M_new = fmaxf(M[i], mx);
+            alpha[i] = M_new == -INFINITY ? 1.0f : exp2f(M[i] - M_new);
+            M[i] = M_new;
+        }
+        float pr[4];
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            pr[e] = M[e & 1] == -INFINITY ? 0.0f : exp2f(s[e] - M[e & 1]);
+        }
+        L[0] = L[0]*alpha[0] + pr[0] + pr[2];
+        L[1] = L[1]*alpha[1] + pr[1] + pr[3];
+        if (alpha[0] != 1.0f || alpha[1] != 1.0f) {
+#pragma unroll
+            for (int j = 0; j < NB*8; ++j) {
+                o[j][0] *= alpha[0]; o[j][1] *= alpha[1];
+                o[j][2] *= alpha[0]; o[j][3] *= alpha[1];
+            }
+        }
+
+        // ---- O^T += V^T . P^T, P scaled per key by the V norm of each 128-block
+#pragma unroll
+        for (int b = 0; b < NB; ++b) {
+            const float vn0 = __half2float(__ushort_as_half((uint16_t) (STAGED ? turbo_sh_u16(vst + g*cfg::VW, vsh[0] + b*VBS) : cur.vn[0][b])));
+            const float vn1 = __half2float(__ushort_as_half((uint16_t) (STAGED ? turbo_sh_u16(vst + (g + 8)*cfg::VW, vsh[1] + b*VBS) : cur.vn[1][b])));
+            const uint32_t pb0 = turbo_movmatrix_trans(turbo_h2_bits(pr[0]*vn0, pr[1]*vn0));  // keys 2t, 2t+1; row g
+            const uint32_t pb1 = turbo_movmatrix_trans(turbo_h2_bits(pr[2]*vn1, pr[3]*vn1));  // keys 2t+8, 2t+9
+            turbo_mma_vpair v01, v89;
+            {
+                uint32_t w[4], h[4];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    if (STAGED) {
+                        const uint32_t * vr = vst + (2*t + (i & 1) + 8*(i >> 1))*cfg::VW;
+                        w[i] = turbo_sh_u32(vr, vsh4[i] + b*VBS + 2 + 4*g);
+                        h[i] = VBITS == 3 ? turbo_sh_u16(vr, vsh4[i] + b*VBS + 34 + 2*g) : 0u;
+                    } else {
+                        constexpr int VH = turbo_mma_step<NB, KBITS, VBITS>::VH;
+                        w[i] = turbo_u32(cur.v[i][b][0], cur.v[i][b][1]);
+                        h[i] = VBITS == 3 ? cur.v[i][b][VH - 1] : 0u;
+                    }
+                }
+                const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], h0 = h[0], h1 = h[1], h2 = h[2], h3 = h[3];
+                v01.make(w0, w1, h0, h1);
+                v89.make(w2, w3, h2, h3);
+            }
+#pragma unroll
+            for (int jj = 0; jj < 8; ++jj) {
+                uint32_t a[4];
+                a[0] = pairV[turbo_mma_vidx<VBITS>(v01.lo_e, v01.hi_e, jj)];   // dim 16g + 2jj,     keys 2t, 2t+1
+                a[1] = pairV[turbo_mma_vidx<VBITS>(v01.lo_o, v01.hi_o, jj)];   // dim 16g + 2jj + 1, keys 2t, 2t+1
+                a[2] = pairV[turbo_mma_vidx<VBITS>(v89.lo_e, v89.hi_e, jj)];   // keys 2t+8, 2t+9
+                a[3] = pairV[turbo_mma_vidx<VBITS>(v89.lo_o, v89.hi_o, jj)];
+                turbo_mma_16816(o[8*b + jj], a, pb0, pb1);
+            }
+        }
+        if (!STAGED) {
+            cur = nxt;
+        }
+    }
+    if (STAGED) {
+        turbo_cp_async_wait<0>();
+    }
+    __syncthreads();   // the ring becomes the output buffer
+
+    // ---- merge the warps of the block, write this split's partial result (max in base e)
+#pragma unroll
+    for (int i = 0; i < 2; ++i) {
+        L[i] += __shfl_xor_sync(0xffffffff, L[i], 4);
+        L[i] += __shfl_xor_sync(0xffffffff, L[i], 8);
+        L[i] += __shfl_xor_sync(0xffffffff, L[i], 16);
+        if (g == 0) {
+            Ms[warp*NR + 2*t + i] = M[i];
+            Ls[warp*NR + 2*t + i] = L[i];
+        }
+    }
+#pragma unroll
+    for (int j = 0; j < NB*8; ++j) {
+        const int d = (j >> 3)*QK_TURBO + 16*g + 2*(j & 7);
+        float * ob = Os + (warp*NR + 2*t)*D;
+        ob[d]         = o[j][0];   // dim d,   row 2t
+        ob[D + d]     = o[j][1];   // dim d,   row 2t+1
+        ob[d + 1]     = o[j][2];   // dim d+1, row 2t
+        ob[D + d + 1] = o[j][3];
+    }
+    __syncthreads();
+    const int64_t slot = ((int64_t) (iq3*gridDim.y + blockIdx.y))*p.n_split + split;
+    for (int it = tid; it < NR*D; it += NW*WARP_SIZE) {
+        const int r = it / D, d = it % D;
+        float mx = -INFINITY;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+            mx = fmaxf(mx, Ms[w*NR + r]);
+        }
+        float acc = 0.0f, sum = 0.0f;
+        if (mx != -INFINITY) {
+#pragma unroll
+            for (int w = 0; w < NW; ++w) {
+                const float f = exp2f(Ms[w*NR + r] - mx);
+                acc += Os[(w*NR + r)*D + d]*f;
+                sum += Ls[w*NR + r]*f;
+            }
+        }
+        p.part_acc[(slot*NR + r)*D + d] = acc;
+        if (d == 0) {
+            p.part_meta[slot*NR + r] = make_float2(mx == -INFINITY ? -INFINITY : mx*LN2, sum);
+        }
+    }
+#endif // AMPERE_MMA_AVAILABLE
+}
+
+// launches k_turbo_fattn_mma (variant var, see the kernel) for one K type (instances in fattn-turbo-kturbo3.cu / -kturbo2.cu)
+#define TURBO_MMA_FOR_EACH(X) \
+    X(128, GGML_TYPE_TURBO3, 5) X(128, GGML_TYPE_TURBO2, 5) X(256, GGML_TYPE_TURBO3, 5) X(256, GGML_TYPE_TURBO2, 5) \
+    X(128, GGML_TYPE_TURBO3, 6) X(128, GGML_TYPE_TURBO2, 6) X(256, GGML_TYPE_TURBO3, 6) X(256, GGML_TYPE_TURBO2, 6) \
+    X(128, GGML_TYPE_TURBO3, 4) X(128, GGML_TYPE_TURBO2, 4) X(256, GGML_TYPE_TURBO3, 4) X(256, GGML_TYPE_TURBO2, 4)
+
+template <ggml_type type_K>
+void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const ggml_type type_V, const int var,
+        const turbo_fa_params & p, const dim3 grid) {
+#define TURBO_MMA_CASE(DD, TYPE_V, VV)                                                                     \
+    if (D == DD && type_V == TYPE_V && var == VV) {                                                        \
+        k_turbo_fattn_mma<DD, type_K, TYPE_V, VV><<<grid, TURBO_MMA_WARPS*WARP_SIZE, 0, stream>>>(p);      \
+        return;                                                                                            \
+    }
+    TURBO_MMA_FOR_EACH(TURBO_MMA_CASE)
+#undef TURBO_MMA_CASE
+    GGML_ABORT("turbo flash attention (mma): K/V pair, head size or variant not compiled");
+}
+
+// resident blocks per SM of the kernel, asked once from the runtime (the split count aims at whole waves)
+template <ggml_type type_K>
+int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const int var) {
+    static int cache[2][2][3] = {};
+    int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var - 4];
+    if (n == 0) {
+        const void * fn = nullptr;
+#define TURBO_MMA_FN(DD, TYPE_V, VV) if (D == DD && type_V == TYPE_V && var == VV) fn = (const void *) k_turbo_fattn_mma<DD, type_K, TYPE_V, VV>;
+        TURBO_MMA_FOR_EACH(TURBO_MMA_FN)
+#undef TURBO_MMA_FN
+        GGML_ASSERT(fn);
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, TURBO_MMA_WARPS*WARP_SIZE, 0));
+        n = std::max(n, 1);
+    }
+    return n;
+}
+
+extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3>(cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);
+extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2>(cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);
+extern template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3>(int, ggml_type, int);
+extern template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(int, ggml_type, int);

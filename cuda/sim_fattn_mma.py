@@ -1,0 +1,232 @@
+"""Lane-level NumPy model of the tensor-core turbo decode kernel (fattn-turbo-mma.cuh), run on the CPU.
+
+It replays what every lane of one warp loads, which table entries it picks and how the mma.m16n8k16 and
+movmatrix fragments are laid out (PTX ISA layouts), and compares the warp's output with attention computed
+directly from the codes. It checks the index algebra of the kernel without a GPU (f32 arithmetic instead of
+f16 fragments, so the tolerance is tight). Usage: python cuda/sim_fattn_mma.py  (needs the bindings).
+"""
+from __future__ import annotations
+
+import re
+import sys
+from pathlib import Path
+
+import numpy as np
+
+import turbo_llama as tl
+
+HERE = Path(__file__).resolve().parent
+src = (HERE / "turbo-common.cuh").read_text()
+C3 = np.array([float(v.strip().rstrip("f")) for v in re.search(r"TURBO_CUDA_C3 \{([^}]*)\}", src).group(1).replace("\\", "").split(",")])
+C2 = np.array([float(v.strip().rstrip("f")) for v in re.search(r"TURBO_CUDA_C2 \{([^}]*)\}", src).group(1).replace("\\", "").split(",")])
+
+
+def pair_table(bits):
+    t = np.zeros((64, 2))
+    for i in range(64):
+        if bits == 3:
+            t[i] = C3[(i & 3) | ((i >> 4) & 1) << 2], C3[((i >> 2) & 3) | ((i >> 5) & 1) << 2]
+        else:
+            t[i] = C2[i & 3], C2[(i >> 2) & 3]
+    return t
+
+
+def codes_of(blocks: np.ndarray, bits: int) -> np.ndarray:
+    """[n, 128] codes from one 128-block per row (format: norm f16, low planes, high plane)."""
+    qs = blocks[:, 2:]
+    w = qs.view("<u4").astype(np.int64)
+    i = np.arange(128)
+    c = (w[:, i >> 4] >> ((i & 15) * 2)) & 3
+    if bits == 3:
+        c |= ((w[:, 8 + (i >> 5)] >> (i & 31)) & 1) << 2
+    return c
+
+
+def u16(row: np.ndarray, off: int) -> int:
+    return int(row[off]) | (int(row[off + 1]) << 8)
+
+
+# --- fragment layouts of mma.m16n8k16 (row.col), lane = 4*g + t
+def mma(a_regs, b_regs, c_regs):
+    """a_regs[lane] = 4 pairs, b_regs[lane] = 2 pairs, c_regs[lane] = 4 floats -> new c_regs"""
+    A = np.zeros((16, 16)); B = np.zeros((16, 8))
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        a = a_regs[lane]
+        A[g, 2 * t:2 * t + 2] = a[0]; A[g + 8, 2 * t:2 * t + 2] = a[1]
+        A[g, 2 * t + 8:2 * t + 10] = a[2]; A[g + 8, 2 * t + 8:2 * t + 10] = a[3]
+        b = b_regs[lane]
+        B[2 * t:2 * t + 2, g] = b[0]; B[2 * t + 8:2 * t + 10, g] = b[1]
+    C = A @ B
+    out = []
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        c = c_regs[lane]
+        out.append([c[0] + C[g, 2 * t], c[1] + C[g, 2 * t + 1], c[2] + C[g + 8, 2 * t], c[3] + C[g + 8, 2 * t + 1]])
+    return out
+
+
+def movmatrix_trans(x_regs):
+    X = np.zeros((8, 8))
+    for lane in range(32):
+        X[lane >> 2, 2 * (lane & 3):2 * (lane & 3) + 2] = x_regs[lane]
+    Y = X.T
+    return [Y[lane >> 2, 2 * (lane & 3):2 * (lane & 3) + 2].copy() for lane in range(32)]
+
+
+def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0):
+    rng = np.random.default_rng(seed)
+    NB = D // 128
+    kname, vname = f"turbo{kbits}", f"turbo{vbits}"
+    Kf = rng.standard_normal((n_kv, D)).astype(np.float32) * rng.uniform(0.5, 3, (n_kv, 1)).astype(np.float32)
+    Vf = rng.standard_normal((n_kv, D)).astype(np.float32)
+    Kq = tl.quantize(Kf, kname); Vq = tl.quantize(Vf, vname)
+    KBS, VBS = Kq.shape[1] // NB, Vq.shape[1] // NB
+    R = gqa
+    q = np.zeros((8, D)); q[:R] = rng.standard_normal((R, D))
+    qrot = tl.rotate(q.astype(np.float32)).astype(np.float64)        # H D q / sqrt(128), per 128-block
+
+    # reference in the rotated domain, straight from the codes
+    def decode(Xq, bits, BS):
+        c = C3 if bits == 3 else C2
+        out = np.zeros((n_kv, D))
+        for b in range(NB):
+            blk = Xq[:, b * BS:(b + 1) * BS]
+            norm = blk[:, :2].copy().view("<f2").astype(np.float64)[:, 0]
+            out[:, b * 128:(b + 1) * 128] = norm[:, None] * c[codes_of(np.ascontiguousarray(blk), bits)]
+        return out
+    Kr, Vr = decode(Kq, kbits, KBS), decode(Vq, vbits, VBS)
+    S = qrot @ Kr.T
+    P = np.exp(S - S.max(1, keepdims=True)); P /= P.sum(1, keepdims=True)
+    O_ref = P @ Vr
+
+    pK, pV = pair_table(kbits), pair_table(vbits)
+    qb = {}
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        for c in range(NB * 8):
+            base = (c >> 3) * 128 + 32 * t + 4 * (c & 7)
+            qb[lane, c] = (qrot[g, base:base + 2], qrot[g, base + 2:base + 4])
+    o = {(lane, j): np.zeros(4) for lane in range(32) for j in range(NB * 8)}
+    M = {lane: [-np.inf, -np.inf] for lane in range(32)}
+    L = {lane: [0.0, 0.0] for lane in range(32)}
+    for k0 in range(0, n_kv, 16):
+        s_regs = {lane: np.zeros(4) for lane in range(32)}
+        for b in range(NB):
+            sb = [np.zeros(4) for _ in range(32)]
+            lo0, lo1, hi, kn = {}, {}, {}, {}
+            for lane in range(32):
+                g, t = lane >> 2, lane & 3
+                for i in range(2):
+                    key = k0 + g + 8 * i
+                    if key < n_kv:
+                        row = Kq[key, b * KBS:(b + 1) * KBS]
+                        h = [u16(row, 2 + 2 * (4 * t + x)) for x in range(4)]
+                        lo0[lane, i] = h[0] | h[1] << 16; lo1[lane, i] = h[2] | h[3] << 16
+                        hi[lane, i] = (u16(row, 2 + 2 * (16 + 2 * t)) | u16(row, 2 + 2 * (17 + 2 * t)) << 16) if kbits == 3 else 0
+                        kn[lane, i] = float(row[:2].copy().view("<f2")[0])
+                    else:
+                        lo0[lane, i] = lo1[lane, i] = hi[lane, i] = 0; kn[lane, i] = 0.0
+
+            def kidx(lane, i, m):
+                idx = ((lo0[lane, i] if m < 8 else lo1[lane, i]) >> (4 * (m & 7))) & 15
+                if kbits == 3:
+                    idx |= ((hi[lane, i] >> (2 * m)) & 3) << 4
+                return idx
+            for cc in range(8):
+                a_regs = [[pK[kidx(l, 0, 2 * cc)], pK[kidx(l, 1, 2 * cc)], pK[kidx(l, 0, 2 * cc + 1)], pK[kidx(l, 1, 2 * cc + 1)]] for l in range(32)]
+                b_regs = [qb[l, 8 * b + cc] for l in range(32)]
+                sb = mma(a_regs, b_regs, sb)
+            for lane in range(32):
+                sb_l = sb[lane]
+                s_regs[lane] += np.array([sb_l[0] * kn[lane, 0], sb_l[1] * kn[lane, 0], sb_l[2] * kn[lane, 1], sb_l[3] * kn[lane, 1]])
+        # mask out-of-range keys, softmax bookkeeping (base e here)
+        pr = {}
+        for lane in range(32):
+            g = lane >> 2
+            for e in range(4):
+                if k0 + g + 8 * (e >> 1) >= n_kv:
+                    s_regs[lane][e] = -np.inf
+        alpha = {}
+        for lane in range(32):
+            t = lane & 3
+            al = []
+            for i in range(2):
+                mx = max(max(s_regs[l][i], s_regs[l][i + 2]) for l in range(32) if (l & 3) == t)
+                Mn = max(M[lane][i], mx)
+                al.append(1.0 if Mn == -np.inf else np.exp(M[lane][i] - Mn))
+                M[lane][i] = Mn
+            alpha[lane] = al
+        for lane in range(32):
+            pr[lane] = np.array([0.0 if M[lane][e & 1] == -np.inf else np.exp(s_regs[lane][e] - M[lane][e & 1]) for e in range(4)])
+            L[lane][0] = L[lane][0] * alpha[lane][0] + pr[lane][0] + pr[lane][2]
+            L[lane][1] = L[lane][1] * alpha[lane][1] + pr[lane][1] + pr[lane][3]
+            for j in range(NB * 8):
+                o[lane, j] *= np.array([alpha[lane][0], alpha[lane][1], alpha[lane][0], alpha[lane][1]])
+        for b in range(NB):
+            vn, vw = {}, {}
+            for lane in range(32):
+                g, t = lane >> 2, lane & 3
+                for i in range(2):
+                    key = k0 + g + 8 * i
+                    vn[lane, i] = float(Vq[key, b * VBS:b * VBS + 2].copy().view("<f2")[0]) if key < n_kv else 0.0
+                for i in range(4):
+                    key = k0 + 2 * t + (i & 1) + 8 * (i >> 1)
+                    if key < n_kv:
+                        row = Vq[key, b * VBS:(b + 1) * VBS]
+                        w = u16(row, 2 + 2 * (2 * g)) | u16(row, 2 + 2 * (2 * g + 1)) << 16
+                        h = u16(row, 2 + 2 * (16 + g)) if vbits == 3 else 0
+                    else:
+                        w = h = 0
+                    vw[lane, i] = (w, h)
+            pb0 = movmatrix_trans([np.array([pr[l][0] * vn[l, 0], pr[l][1] * vn[l, 0]]) for l in range(32)])
+            pb1 = movmatrix_trans([np.array([pr[l][2] * vn[l, 1], pr[l][3] * vn[l, 1]]) for l in range(32)])
+
+            def make(wa, wb, ha, hb):
+                return ((wa & 0x33333333) | ((wb & 0x33333333) << 2), ((wa >> 2) & 0x33333333) | (wb & 0xCCCCCCCC),
+                        (ha & 0x5555) | ((hb & 0x5555) << 1), ((ha >> 1) & 0x5555) | (hb & 0xAAAA))
+
+            def vidx(lo, hi_, jj):
+                idx = (lo >> (4 * jj)) & 15
+                if vbits == 3:
+                    idx |= ((hi_ >> (2 * jj)) & 3) << 4
+                return idx
+            pairs = {}
+            for lane in range(32):
+                (w0, h0), (w1, h1), (w2, h2), (w3, h3) = (vw[lane, i] for i in range(4))
+                pairs[lane] = (make(w0, w1, h0, h1), make(w2, w3, h2, h3))
+            for jj in range(8):
+                a_regs = []
+                for lane in range(32):
+                    v01, v89 = pairs[lane]
+                    a_regs.append([pV[vidx(v01[0], v01[2], jj)], pV[vidx(v01[1], v01[3], jj)],
+                                   pV[vidx(v89[0], v89[2], jj)], pV[vidx(v89[1], v89[3], jj)]])
+                b_regs = [(pb0[l], pb1[l]) for l in range(32)]
+                outs = mma(a_regs, b_regs, [o[l, 8 * b + jj] for l in range(32)])
+                for lane in range(32):
+                    o[lane, 8 * b + jj] = np.array(outs[lane])
+    # epilogue: L reduced over g, O^T fragments scattered to (row, dim)
+    O = np.zeros((8, D)); Lr = np.zeros(8)
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        for i in range(2):
+            Lr[2 * t + i] += L[lane][i]
+        for j in range(NB * 8):
+            d = (j >> 3) * 128 + 16 * g + 2 * (j & 7)
+            O[2 * t, d], O[2 * t + 1, d], O[2 * t, d + 1], O[2 * t + 1, d + 1] = o[lane, j]
+    return O, Lr, O_ref, R
+
+
+if __name__ == "__main__":
+    worst = 0.0
+    for D in (128, 256):
+        for kb in (3, 2):
+            for vb in (3, 2):
+                for n_kv in (16, 50):
+                    O, Lr, O_ref, R = simulate(D, kb, vb, n_kv)
+                    out = O[:R] / Lr[:R, None]
+                    err = np.abs(out - O_ref[:R]).max() / np.abs(O_ref[:R]).max()
+                    worst = max(worst, err)
+                    print(f"D={D} K turbo{kb} V turbo{vb} n_kv={n_kv}: max rel err {err:.2e}")
+    print("SIM", "PASS" if worst < 1e-6 else "FAIL", f"(worst {worst:.2e})")
+    sys.exit(0 if worst < 1e-6 else 1)
