@@ -177,6 +177,23 @@ def test_turbo_k_transforms_are_logged_and_repair_turbo3_keys(llama_tool, model_
     assert fixed - f16 < 0.35 * (plain - f16), (f16, plain, fixed)
 
 
+def test_key_offsets_do_not_depend_on_the_ubatch_size(llama_tool, model_path):
+    """The key-offset probe is one decode that llama splits into ubatches: with -ub 8 it must still see the
+    whole probe text (it used to be cut to one ubatch, and skipped below 32 tokens)."""
+    def probe(ub: str):
+        cmd = [str(llama_tool("llama-completion")), "-m", str(model_path), "-ctk", "turbo3", "-ctv", "turbo3",
+               "-fa", "on", "-ub", ub, "-b", "512", "-c", "1024", "-n", "1", "-p", "Hello", "-no-cnv",
+               "--no-warmup", "-nr", "-lv", "4", "-t", str(os.cpu_count() or 2)]
+        out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+        text = out.stdout + out.stderr
+        assert out.returncode == 0, text[-2000:]
+        m = re.search(r"key offsets from a (\d+)-token probe on (\d+) layers \(the offset is (\d+)%", text)
+        assert m, "no key offsets with -ub " + ub + ":\n" + "\n".join(l for l in text.splitlines() if "turbo K" in l)
+        return int(m.group(1)), int(m.group(2)), int(m.group(3))
+    whole, split = probe("512"), probe("8")
+    assert whole[0] >= 100 and whole == split, (whole, split)
+
+
 def test_cpu_flash_attention_matches_the_reference_path(llama_build_bin):
     """Every turbo FLASH_ATTN_EXT case of test-backend-ops on the CPU backend against the CPU reference path
     (use_ref: one query row at a time). The nb=512 cases with equal K/V types run patch 0009's tiled prefill
