@@ -5,6 +5,8 @@
 #     call 1: `bg` (starts the build in the background from a copy of the repo) + `model` (stores the first part)
 #     calls 2..4: `model` (one more part of the Gemma GGUF each: .devcarry/m*/p*)
 #     call 5: `wait model test ppl cli`, call 6: `kv bench` ...
+#   bench runs (TL_BENCH, default main): main, deep (128K), v3, mma4..mma7 (TURBO_FA_MMA), hf (TURBO_FA_HEADS_FIRST=1),
+#   pre1 (TURBO_FA_PREFILL=1), nooff (TURBO_K_OFFSET=0)
 # Needs .devcarry/tree.tar.gz: the stripped upstream tree (b11312) with our overlay + patches applied
 # (made by ci/make-devcarry.sh from the patched dev tree: git archive minus docs/ models/ media/, unused backends).
 # The current cuda/ sources are copied over the tree's copies, so kernel fixes need no new tarball.
@@ -88,7 +90,7 @@ if [[ " $PHASES " == *" test "* ]]; then
     # CPY turbo -> f16 is left out: the CPU reference (ggml-cpu dup) aborts on quantized -> f16 (lead's side)
     # spec: [ENV=VALUE:]OP|FILTER; the default kernel first, then the other variants on the pairs they serve
     for spec in "SET_ROWS|turbo" "CPY|type_dst=turbo|type_src=turbo[23],type_dst=f32" "GET_ROWS|turbo" "FLASH_ATTN_EXT|turbo" \
-                ${TL_FA_VARIANTS:-"TURBO_FA_MMA=6:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_MMA=4:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]"}; do
+                ${TL_FA_VARIANTS:-"TURBO_FA_MMA=7:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_HEADS_FIRST=1:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]"}; do
         op=${spec%%|*}; filt=${spec#*|}; envset=""
         case "$op" in *:*) envset=${op%%:*}; op=${op#*:} ;; esac
         echo "=== ${envset:+$envset }test-backend-ops -b CUDA0 -o $op -p '$filt'" >> "$OUT/tbo.log"
@@ -154,14 +156,15 @@ if [[ " $PHASES " == *" bench "* ]]; then
             deep) args="--types ${TL_DEEP_TYPES:-f16,turbo3,turbo2} --depths 131072 -p 0 -n 64 -r 1" ;;
             v3)   args="--types turbo3,turbo2 --depths ${TL_DEPTHS:-0,8192,32768} -p 0 -n 128 -r ${TL_REPS:-2}"; export TURBO_FA_V3=1 ;;
             mma*) args="--types turbo3,turbo2 --depths ${TL_VAR_DEPTHS:-0,32768} -p 0 -n 128 -r ${TL_REPS:-2}"; export TURBO_FA_MMA=${run#mma} ;;
-            pre0) args="--types turbo3,turbo2 --depths ${TL_VAR_DEPTHS:-0,32768} -p 512 -n 0 -r ${TL_REPS:-2}"; export TURBO_FA_PREFILL=0 ;;
+            hf)   args="--types turbo3,turbo2 --depths ${TL_VAR_DEPTHS:-0,32768} -p 0 -n 128 -r ${TL_REPS:-2}"; export TURBO_FA_HEADS_FIRST=1 ;;
+            pre1) args="--types turbo3,turbo2 --depths ${TL_VAR_DEPTHS:-0,32768} -p 512 -n 0 -r ${TL_REPS:-2}"; export TURBO_FA_PREFILL=1 ;;
             nooff) args="--types turbo3 --depths 0 -p 0 -n 128 -r ${TL_REPS:-2}"; export TURBO_K_OFFSET=0 ;;
         esac
         if [ "$(el)" -gt "$DEADLINE" ]; then log "deadline: skipping bench $run"; continue; fi
         log "turbo-llama bench --shape llama8b --backend cuda $args  (run $run; env: $(env | grep -E '^TURBO_' | tr '\n' ' '))"
         python3 -m turbo_llama bench --shape llama8b --backend cuda $args --out "$OUT/bench-$run" > "$OUT/bench-$run.txt" 2>&1
         log "bench $run rc=$?"; cat "$OUT/bench-$run/bench.md" >> "$OUT/summary.txt" 2>/dev/null || tail -5 "$OUT/bench-$run.txt" >> "$OUT/summary.txt"
-        unset TURBO_FA_MMA TURBO_FA_V3 TURBO_FA_PREFILL TURBO_K_OFFSET; [ -f "$WORK/safe.env" ] && export $(cat "$WORK/safe.env")
+        unset TURBO_FA_MMA TURBO_FA_V3 TURBO_FA_PREFILL TURBO_K_OFFSET TURBO_FA_HEADS_FIRST; [ -f "$WORK/safe.env" ] && export $(cat "$WORK/safe.env")
     done
 fi
 log "done"

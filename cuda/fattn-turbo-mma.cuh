@@ -121,14 +121,14 @@ static __device__ __forceinline__ uint32_t turbo_u32(const uint16_t lo, const ui
 // shared-memory stages (a key's NB blocks are contiguous and 2-byte aligned: the copy covers them from the
 // 4-byte word below), so that a warp's loads are a few coalesced requests instead of 16-bit loads spread
 // over 16 rows; each lane then reads its words from shared memory.
-template <int NB, int KBITS, int VBITS>
+template <int NB, int KBITS, int VBITS, bool DEEP>
 struct turbo_mma_stage_cfg {
     static constexpr int KBYTES = NB*(KBITS == 3 ? 50 : 34);   // one key's bytes of this head
     static constexpr int VBYTES = NB*(VBITS == 3 ? 50 : 34);
     static constexpr int KW = (KBYTES + 2 + 3)/4;              // words that cover them from either alignment
     static constexpr int VW = (VBYTES + 2 + 3)/4;
     static constexpr int WORDS = TURBO_MMA_KEYS*(KW + VW);     // one stage
-    static constexpr int NSTAGE = NB == 1 ? 3 : 2;             // stages in flight (shared memory: 48 KB static)
+    static constexpr int NSTAGE = NB == 1 ? (DEEP ? 5 : 3) : 2; // stages in flight (shared memory: 48 KB static)
 };
 
 static __device__ __forceinline__ void turbo_cp_async4(const uint32_t dst, const void * src, const int src_bytes) {
@@ -203,7 +203,8 @@ template <int bits> static __device__ __forceinline__ int turbo_mma_vidx(const u
 }
 
 // VAR: 4 = v4 (16-bit loads into registers, one step ahead); 5 = v5 (cp.async ring); 6 = v5 with the
-// registers capped for TURBO_MMA_MIN_BLOCKS blocks per SM at D = 128 (more warps, a few spilled values)
+// registers capped for TURBO_MMA_MIN_BLOCKS blocks per SM at D = 128 (more warps, a few spilled values);
+// 7 = v5 with 5 stages in the ring at D = 128 (more bytes in flight; not yet measured on a GPU)
 template <int D, ggml_type type_K, ggml_type type_V, int VAR>
 __launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 6 ? TURBO_MMA_MIN_BLOCKS : 3) : 1)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
@@ -219,7 +220,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     constexpr int QS = D + 4;
     constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
-    typedef turbo_mma_stage_cfg<NB, KBITS, VBITS> cfg;
+    typedef turbo_mma_stage_cfg<NB, KBITS, VBITS, VAR == 7> cfg;
     constexpr int RING = STAGED ? NW*cfg::NSTAGE*cfg::WORDS : 0;       // staging ring (v5), words
     constexpr int OSZ  = NW*NR*D;                                     // the warps' outputs (epilogue), floats
     __shared__ float    q_sh[NR*QS];
@@ -233,9 +234,13 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     const int warp = tid / WARP_SIZE;
     const int g = lane >> 2, t = lane & 3;
 
-    const int split = blockIdx.x;
-    const int hk    = blockIdx.y / p.nrg;
-    const int rg    = blockIdx.y % p.nrg;
+    // grid: (split, KV head x row group) or, with heads_first, (KV head x row group, split): then the blocks
+    // that read the same cache rows for different heads are launched together
+    const int split = p.heads_first ? blockIdx.y : blockIdx.x;
+    const int hy    = p.heads_first ? blockIdx.x : blockIdx.y;
+    const int n_hy  = p.heads_first ? gridDim.x : gridDim.y;
+    const int hk    = hy / p.nrg;
+    const int rg    = hy % p.nrg;
     const int iq3   = blockIdx.z;
     const int R     = p.gqa*p.n_q;
 
@@ -502,7 +507,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         ob[D + d + 1] = o[j][3];
     }
     __syncthreads();
-    const int64_t slot = ((int64_t) (iq3*gridDim.y + blockIdx.y))*p.n_split + split;
+    const int64_t slot = ((int64_t) (iq3*n_hy + hy))*p.n_split + split;
     for (int it = tid; it < NR*D; it += NW*WARP_SIZE) {
         const int r = it / D, d = it % D;
         float mx = -INFINITY;
@@ -531,7 +536,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #define TURBO_MMA_FOR_EACH(X) \
     X(128, GGML_TYPE_TURBO3, 5) X(128, GGML_TYPE_TURBO2, 5) X(256, GGML_TYPE_TURBO3, 5) X(256, GGML_TYPE_TURBO2, 5) \
     X(128, GGML_TYPE_TURBO3, 6) X(128, GGML_TYPE_TURBO2, 6) X(256, GGML_TYPE_TURBO3, 6) X(256, GGML_TYPE_TURBO2, 6) \
-    X(128, GGML_TYPE_TURBO3, 4) X(128, GGML_TYPE_TURBO2, 4) X(256, GGML_TYPE_TURBO3, 4) X(256, GGML_TYPE_TURBO2, 4)
+    X(128, GGML_TYPE_TURBO3, 4) X(128, GGML_TYPE_TURBO2, 4) X(256, GGML_TYPE_TURBO3, 4) X(256, GGML_TYPE_TURBO2, 4) \
+    X(128, GGML_TYPE_TURBO3, 7) X(128, GGML_TYPE_TURBO2, 7)
 
 template <ggml_type type_K>
 void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const ggml_type type_V, const int var,
@@ -549,7 +555,7 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at whole waves)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const int var) {
-    static int cache[2][2][3] = {};
+    static int cache[2][2][4] = {};
     int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var - 4];
     if (n == 0) {
         const void * fn = nullptr;

@@ -80,8 +80,11 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     const bool use_mma = !force_v3 && ggml_cuda_is_turbo_type(K->type) && ggml_cuda_is_turbo_type(V->type) &&
         ampere_mma_available(ggml_cuda_info().devices[id].cc);
     // kernel variant (see fattn-turbo-mma.cuh): 5 by default; TURBO_FA_MMA=4|5|6 picks one for comparisons
-    static const int mma_var = getenv("TURBO_FA_MMA") && atoi(getenv("TURBO_FA_MMA")) >= 4 && atoi(getenv("TURBO_FA_MMA")) <= 6
+    static const int mma_var = getenv("TURBO_FA_MMA") && atoi(getenv("TURBO_FA_MMA")) >= 4 && atoi(getenv("TURBO_FA_MMA")) <= 7
         ? atoi(getenv("TURBO_FA_MMA")) : 5;
+    // TURBO_FA_HEADS_FIRST=1: heads in blockIdx.x (not yet measured on a GPU; see results/cuda-fa-notes.md)
+    static const bool heads_first = getenv("TURBO_FA_HEADS_FIRST") && atoi(getenv("TURBO_FA_HEADS_FIRST")) != 0;
+    const int var = mma_var == 7 && D != 128 ? 5 : mma_var;   // variant 7 exists for D = 128 only
 
     const int R     = gqa*n_q;
     const int ncols = use_mma ? TURBO_MMA_ROWS : (R <= 4 ? 4 : 8);
@@ -93,8 +96,8 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     const int blocks_base = nrg*n_head_kv*ne3;
     int target = 8*nsm;
     if (use_mma) {
-        const int occ = K->type == GGML_TYPE_TURBO3 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3>(D, V->type, mma_var)
-                                                    : ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(D, V->type, mma_var);
+        const int occ = K->type == GGML_TYPE_TURBO3 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3>(D, V->type, var)
+                                                    : ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(D, V->type, var);
         const char * e = getenv("TURBO_FA_WAVES");   // tuning knob: blocks per split target, in waves
         target = occ*nsm*(e ? std::max(1, atoi(e)) : 1);
     }
@@ -128,12 +131,13 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     p.nb31 = mask ? mask->nb[1] : 0; p.nb33 = mask ? mask->nb[3] : 0;
     p.nrg = nrg; p.n_split = n_split; p.tiles_per_split = tps;
 
-    const dim3 grid(n_split, n_head_kv*nrg, ne3);
+    p.heads_first = use_mma && heads_first && D == 128 ? 1 : 0;
+    const dim3 grid = p.heads_first ? dim3(n_head_kv*nrg, n_split, ne3) : dim3(n_split, n_head_kv*nrg, ne3);
     if (use_mma) {
         if (K->type == GGML_TYPE_TURBO3) {
-            ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3>(stream, D, V->type, mma_var, p, grid);
+            ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3>(stream, D, V->type, var, p, grid);
         } else {
-            ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2>(stream, D, V->type, mma_var, p, grid);
+            ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2>(stream, D, V->type, var, p, grid);
         }
     } else switch (K->type) {
         case GGML_TYPE_F16:    ggml_cuda_turbo_fattn_launch<GGML_TYPE_F16>   (stream, D, V->type, ncols, p, grid); break;

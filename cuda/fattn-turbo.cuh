@@ -29,6 +29,7 @@ struct turbo_fa_params {
     int n_q; int n_head; int gqa; int n_kv; int ne13; int ne23; int ne33;
     int64_t nb01, nb02, nb03, nb11, nb12, nb13, nb21, nb22, nb23, nb31, nb33;
     int nrg; int n_split; int tiles_per_split;
+    int heads_first;   // tensor-core kernel only: grid (KV head x row group, split) instead of (split, ...)
 };
 
 static __device__ __forceinline__ float turbo_alibi_slope(const float max_bias, const uint32_t h, const uint32_t n_head_log2, const float m0, const float m1) {
