@@ -1,11 +1,14 @@
 #!/usr/bin/env bash
 # turbo-llama: builds .devcarry/tree.tar.gz for ci/gpu-run.sh from a prepared (overlaid + patched) llama.cpp tree.
-#   ci/make-devcarry.sh <prepared tree dir or git repo>
+#   ci/make-devcarry.sh <prepared tree dir or git repo> [--pristine]
+# --pristine also writes .devcarry/pristine.tar.gz: the untouched pinned tree (`git archive pristine` of a
+# prepared tree, ~38 MB), for `turbo-llama build --cuda --llama-src` on the GPU machine (gpu-run.sh tlbuild).
 # Strips what a CUDA build does not need (docs, models, media, other backends, the web UI sources (its CMake
 # stays: the server build asks for it), benches) to stay far
 # below the device tool's 64 MiB per call (about 7 MB compressed at b11312).
 set -eu
 SRC=$1
+PRISTINE=${2:-}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 TMP=$(mktemp -d)
 mkdir -p "$TMP/tree"
@@ -18,3 +21,7 @@ mkdir -p "$REPO/.devcarry"
 tar czf "$REPO/.devcarry/tree.tar.gz" -C "$TMP" tree
 rm -rf "$TMP"
 ls -la "$REPO/.devcarry/tree.tar.gz"
+if [ "$PRISTINE" = --pristine ]; then
+    git -C "$SRC" archive pristine | gzip -6 > "$REPO/.devcarry/pristine.tar.gz"
+    ls -la "$REPO/.devcarry/pristine.tar.gz"
+fi
