@@ -463,9 +463,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                         h[i] = VBITS == 3 ? cur.v[i][b][VH - 1] : 0u;
                     }
                 }
-                const uint32_t w0 = w[0], w1 = w[1], w2 = w[2], w3 = w[3], h0 = h[0], h1 = h[1], h2 = h[2], h3 = h[3];
-                v01.make(w0, w1, h0, h1);
-                v89.make(w2, w3, h2, h3);
+                v01.make(w[0], w[1], h[0], h[1]);
+                v89.make(w[2], w[3], h[2], h[3]);
             }
 #pragma unroll
             for (int jj = 0; jj < 8; ++jj) {

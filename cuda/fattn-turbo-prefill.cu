@@ -12,8 +12,6 @@
 #include "turbo.cuh"
 #include "fattn.cuh"
 
-#include <cstdlib>
-
 // q rows (strided f32) -> contiguous rows of R q: signs, FWHT, 1/sqrt(128); one warp per 128-block
 static __global__ void k_turbo_rotate_rows(const char * __restrict__ src, float * __restrict__ dst, const int64_t ne0,
         const int64_t ne1, const int64_t ne2, const size_t nb1, const size_t nb2, const size_t nb3) {
@@ -107,7 +105,7 @@ bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor 
     if ((!K_turbo && !V_turbo) || Q->ne[1] <= GGML_CUDA_TURBO_FA_MAX_BATCH) {
         return false;
     }
-    static const bool enabled = getenv("TURBO_FA_PREFILL") != nullptr && atoi(getenv("TURBO_FA_PREFILL")) != 0;
+    static const bool enabled = ggml_cuda_turbo_env_int("TURBO_FA_PREFILL", 0) != 0;
     if (!enabled || !ggml_cuda_turbo_fattn_pair_supported(dst) || !ggml_is_contiguous(dst) || Q->type != GGML_TYPE_F32) {
         return false;
     }

@@ -3,7 +3,6 @@
 #include "fattn-turbo-mma.cuh"
 
 #include <cmath>
-#include <cstdlib>
 
 bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst) {
     const ggml_tensor * Q    = dst->src[0];
@@ -76,14 +75,15 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     const int nsm = ggml_cuda_info().devices[id].nsm;
 
     // tensor-core kernel (v4) for turbo K with turbo V on Ampere and newer; TURBO_FA_V3=1 forces the scalar one
-    static const bool force_v3 = getenv("TURBO_FA_V3") != nullptr && atoi(getenv("TURBO_FA_V3")) != 0;
+    static const bool force_v3 = ggml_cuda_turbo_env_int("TURBO_FA_V3", 0) != 0;
     const bool use_mma = !force_v3 && ggml_cuda_is_turbo_type(K->type) && ggml_cuda_is_turbo_type(V->type) &&
         ampere_mma_available(ggml_cuda_info().devices[id].cc);
     // kernel variant (see fattn-turbo-mma.cuh): 5 by default; TURBO_FA_MMA=4|5|6 picks one for comparisons
-    static const int mma_var = getenv("TURBO_FA_MMA") && atoi(getenv("TURBO_FA_MMA")) >= 4 && atoi(getenv("TURBO_FA_MMA")) <= 7
-        ? atoi(getenv("TURBO_FA_MMA")) : 5;
+    static const int mma_env = ggml_cuda_turbo_env_int("TURBO_FA_MMA", 5);
+    static const int mma_var = mma_env >= 4 && mma_env <= 7 ? mma_env : 5;
     // TURBO_FA_HEADS_FIRST=1: heads in blockIdx.x (not yet measured on a GPU; see results/cuda-fa-notes.md)
-    static const bool heads_first = getenv("TURBO_FA_HEADS_FIRST") && atoi(getenv("TURBO_FA_HEADS_FIRST")) != 0;
+    static const bool heads_first = ggml_cuda_turbo_env_int("TURBO_FA_HEADS_FIRST", 0) != 0;
+    static const int  waves       = std::max(1, ggml_cuda_turbo_env_int("TURBO_FA_WAVES", 1));   // decode split target, in waves
     const int var = mma_var == 7 && D != 128 ? 5 : mma_var;   // variant 7 exists for D = 128 only
 
     const int R     = gqa*n_q;
@@ -98,8 +98,7 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     if (use_mma) {
         const int occ = K->type == GGML_TYPE_TURBO3 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3>(D, V->type, var)
                                                     : ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(D, V->type, var);
-        const char * e = getenv("TURBO_FA_WAVES");   // tuning knob: blocks per split target, in waves
-        target = occ*nsm*(e ? std::max(1, atoi(e)) : 1);
+        target = occ*nsm*waves;
     }
     const int min_tiles = use_mma ? TURBO_MMA_WARPS : 1;   // every warp of a v4 block gets a tile
     // v4/v5: at most one wave (floor), v3: at least its target (ceil)

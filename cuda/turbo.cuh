@@ -5,6 +5,14 @@
 #include "common.cuh"
 #include "convert.cuh"
 
+#include <cstdlib>
+
+// a kernel switch from the environment (read once by the caller's static): its integer value, or def when unset
+static inline int ggml_cuda_turbo_env_int(const char * name, const int def) {
+    const char * v = getenv(name);
+    return v ? atoi(v) : def;
+}
+
 static inline bool ggml_cuda_is_turbo_type(ggml_type t) {
     return t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO2;
 }
