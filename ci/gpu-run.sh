@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # turbo-llama: the whole GPU run in one go (H200 via the device tool, or any CUDA machine).
-#   ci/gpu-run.sh [bg] [build] [wait] [model] [test] [ppl] [cli] [kv] [tlbuild] [bench]   (results in $OUT, default /tmp/gpu-out)
+#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [ncu] [ppl] [cli] [kv] [tlbuild] [bench]   (results in $OUT, default /tmp/gpu-out)
 #   default: build test bench. The device tool keeps a machine (and /tmp) 30 s after a call, so a session:
 #     call 1: `bg` (starts the build in the background from a copy of the repo) + `model` (stores the first part)
 #     calls 2..4: `model` (one more part of the Gemma GGUF each: .devcarry/m*/p*)
@@ -24,6 +24,7 @@ trap finish EXIT
 # passed in $WORK/safe.env; the rest of the machine's runs use them
 [ -f "$WORK/safe.env" ] && export $(cat "$WORK/safe.env")
 DEADLINE=${TL_DEADLINE:-540}
+FA_PERF='nh=8,nr23=\[4,1\],kv=(32768|131072),nb=1,'   # patch 0010's decode cases
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
 log() { echo "[$(el)s] $*" | tee -a "$OUT/summary.txt"; }
@@ -43,8 +44,44 @@ if [[ " $PHASES " == *" bg "* ]]; then
     rm -rf "$WORK/repo" && mkdir -p "$WORK/repo" && tar -C "$REPO" --exclude=./.devcarry/m1 --exclude=./.devcarry/m2 \
         --exclude=./.devcarry/m3 --exclude=./.devcarry/m4 -cf - . | tar -C "$WORK/repo" -xf -
     rm -f "$WORK/build.done" "$WORK/build.fail"
-    OUT="$WORK/bg-out" setsid nohup bash "$WORK/repo/ci/gpu-run.sh" build > "$WORK/bg.log" 2>&1 < /dev/null &
-    log "background build started (pid $!)"
+    OUT="$WORK/bg-out" setsid nohup bash "$WORK/repo/ci/gpu-run.sh" ${TL_BG_BUILD:-tlfull} > "$WORK/bg.log" 2>&1 < /dev/null &
+    log "background build (${TL_BG_BUILD:-tlfull}) started (pid $!)"
+fi
+
+# the turbo-llama command on this machine: click and tqdm travel as wheels in .devcarry/whl
+tl_python() {
+    if [ ! -d /tmp/site/click ]; then
+        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$REPO"/.devcarry/whl/*.whl > /dev/null 2>&1 || log "wheel install failed"
+    fi
+    export PYTHONPATH=/tmp/site:$REPO/python:$TREE/gguf-py TURBO_LLAMA_DATA=$REPO PYTHONUNBUFFERED=1
+}
+
+build_test_turbo_cuda() {
+    g++ -O2 -std=c++17 "$REPO/cuda/test-turbo-cuda.cpp" -I"$TREE/ggml/include" -L"$B" -lggml -lggml-base -lggml-cpu -lggml-cuda \
+        -Wl,-rpath,"$B" -o "$B/test-turbo-cuda" >> "$OUT/build.log" 2>&1 || log "test-turbo-cuda build failed"
+}
+
+if [[ " $PHASES " == *" tlfull "* ]]; then
+    # issue #4: every binary of this run comes from the product's own `turbo-llama build --cuda`, fed the pinned
+    # pristine tree (.devcarry/pristine.tar.gz, ci/make-devcarry.sh --pristine; hash-checked by prepare), shared
+    # libraries so that test-turbo-cuda can link ggml; the plain cmake build of the prepared tree is the fallback
+    tl_python
+    if ! command -v git > /dev/null; then
+        log "no git on this machine: turbo-llama prepare needs it; falling back to the cmake build"; PHASES="$PHASES build"
+    elif ! { rm -rf "$WORK/pristine" && mkdir -p "$WORK/pristine" && tar xzf "$REPO/.devcarry/pristine.tar.gz" -C "$WORK/pristine"; }; then
+        log "no .devcarry/pristine.tar.gz: falling back to the cmake build"; PHASES="$PHASES build"
+    else
+        log "turbo-llama build --cuda --cuda-arch 90 --llama-src pristine --build-dir build --cmake-arg -DBUILD_SHARED_LIBS=ON"
+        TURBO_LLAMA_CACHE=$WORK/tlcache python3 -m turbo_llama build --cuda --cuda-arch 90 --llama-src "$WORK/pristine" \
+            --build-dir "$BUILD" --prefix "$WORK/tlprefix" --cmake-arg -DBUILD_SHARED_LIBS=ON > "$OUT/tlbuild.log" 2>&1
+        rc=$?
+        log "turbo-llama build --cuda: rc=$rc | $(grep -E 'compile/link step|install\]' "$OUT/tlbuild.log" | tr '\n' ' ' | head -c 300)"
+        if [ "$rc" = 0 ]; then
+            cp "$OUT/tlbuild.log" "$OUT/build.log"; build_test_turbo_cuda; touch "$WORK/build.done"
+        else
+            tail -30 "$OUT/tlbuild.log" >> "$OUT/summary.txt"; log "falling back to the cmake build"; PHASES="$PHASES build"
+        fi
+    fi
 fi
 
 if [[ " $PHASES " == *" build "* ]]; then
@@ -58,8 +95,7 @@ if [[ " $PHASES " == *" build "* ]]; then
         llama-server llama-tokenize ggml-rpc-server} >> "$OUT/build.log" 2>&1 \
         || { log "build failed"; grep -B2 -A12 "error" "$OUT/build.log" | head -80; touch "$WORK/build.fail"; exit 1; }
     log "build ok"
-    g++ -O2 -std=c++17 "$REPO/cuda/test-turbo-cuda.cpp" -I"$TREE/ggml/include" -L"$B" -lggml -lggml-base -lggml-cpu -lggml-cuda \
-        -Wl,-rpath,"$B" -o "$B/test-turbo-cuda" >> "$OUT/build.log" 2>&1 || log "test-turbo-cuda build failed"
+    build_test_turbo_cuda
     touch "$WORK/build.done"
 fi
 
@@ -110,19 +146,37 @@ if [[ " $PHASES " == *" test "* ]]; then
         # the KV write per cache type and a plain copy of the same f32 rows (patch 0010's perf cases)
         "$B/test-backend-ops" perf -b CUDA0 -o SET_ROWS > "$OUT/perf.log" 2>&1
         "$B/test-backend-ops" perf -b CUDA0 -o CPY >> "$OUT/perf.log" 2>&1
+        "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$FA_PERF" >> "$OUT/perf.log" 2>&1
         sed 's/\x1b\[[0-9;]*m//g' "$OUT/perf.log" | grep -E "ne=\[1024,4096,1,1\]|ne_src=\[1024,4096,1,1\]" | grep "GB/s" >> "$OUT/summary.txt"
+        sed 's/\x1b\[[0-9;]*m//g' "$OUT/perf.log" | grep -E "FLASH_ATTN_EXT.*nh=8,nr23=\[4,1\]" | grep "us/run" \
+            | sed -E 's/max_bias=.*type_K=/type_K=/; s/,permute=[^)]*//' >> "$OUT/summary.txt"
     fi
     grep -E "FAIL|not supported" "$OUT/tbo.log" | head -40 >> "$OUT/summary.txt"
 fi
 
+if [[ " $PHASES " == *" ncu "* ]]; then
+    # hardware counters of one decode call (patch 0010's perf case) per kernel: stall reasons, bytes, occupancy
+    if command -v ncu > /dev/null; then
+        for spec in "turbo3:131072:k_turbo_fattn_mma" "f16:131072:flash_attn" "turbo3:32768:k_turbo_fattn_mma" ${TL_NCU_EXTRA:-}; do
+            IFS=: read -r ty kv kern <<< "$spec"
+            f="$OUT/ncu-$ty-$kv.txt"
+            timeout ${TL_NCU_TIMEOUT:-150} ncu --clock-control none --set full -k "regex:$kern" -c 1 \
+                "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "nh=8,nr23=\[4,1\],kv=$kv,nb=1,.*type_K=$ty,type_V=$ty" > "$f" 2>&1
+            log "ncu $ty kv=$kv ($kern): rc=$? | $(grep -E '^ +(Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per Thread) ' "$f" | tr -s ' ' | tr '\n' ';' | head -c 400)"
+        done
+    else
+        log "no ncu here"
+    fi
+fi
+
 if [[ " $PHASES " == *" ppl "* ]]; then
     # same text cut and settings as the CPU quick eval (results/eval-quick), each backend against its own f16 run
-    TXT=$REPO/.devcarry/text.txt
+    TXTN=${TL_PPL_TEXT:-text}; TXT=$REPO/.devcarry/$TXTN.txt; NCH=${TL_PPL_CHUNKS:-4}
     for t in ${TL_PPL_TYPES:-f16 q8_0 q4_0 turbo3 turbo2}; do
-        kl="--kl-divergence-base $WORK/f16-logits.bin"; [ "$t" != f16 ] && kl="$kl --kl-divergence"
-        cmd="llama-perplexity -m gemma-3-270m-q4_k_m.gguf -f text.txt -c 2048 --chunks 4 -fa on -ctk $t -ctv $t -lv 4 -ngl 99 $kl"
+        kl="--kl-divergence-base $WORK/f16-logits-$TXTN-$NCH.bin"; [ "$t" != f16 ] && kl="$kl --kl-divergence"
+        cmd="llama-perplexity -m gemma-3-270m-q4_k_m.gguf -f $TXTN.txt -c 2048 --chunks $NCH -fa on -ctk $t -ctv $t -lv 4 -ngl 99 $kl"
         echo "=== $cmd" > "$OUT/ppl-$t.log"
-        "$B/llama-perplexity" -m "$GEMMA" -f "$TXT" -c 2048 --chunks 4 -fa on -ctk $t -ctv $t -lv 4 -ngl 99 $kl >> "$OUT/ppl-$t.log" 2>&1
+        "$B/llama-perplexity" -m "$GEMMA" -f "$TXT" -c 2048 --chunks $NCH -fa on -ctk $t -ctv $t -lv 4 -ngl 99 $kl >> "$OUT/ppl-$t.log" 2>&1
         rc=$?
         log "ppl $t rc=$rc | $(grep -E 'Final estimate' "$OUT/ppl-$t.log" | tail -1) | $(grep -E '^Mean +KLD' "$OUT/ppl-$t.log" | tail -1) | $(grep -E '^Mean PPL\(Q\)' "$OUT/ppl-$t.log" | tail -1) | $(grep -cE 'turbo K:' "$OUT/ppl-$t.log") turbo-K lines | $(grep -E 'CUDA0 KV buffer size' "$OUT/ppl-$t.log" | head -1)"
     done
@@ -130,8 +184,10 @@ if [[ " $PHASES " == *" ppl "* ]]; then
 fi
 
 if [[ " $PHASES " == *" cli "* ]]; then
+    CLI=$B/llama-cli; [ -x "$WORK/tlprefix/bin/llama-cli" ] && CLI=$WORK/tlprefix/bin/llama-cli   # the installed copy (tlfull)
+    log "llama-cli: $CLI"
     for t in turbo3 turbo2; do
-        "$B/llama-cli" -m "$GEMMA" -ctk $t -ctv $t -fa on -ngl 99 -p "The capital of France is" -n 16 -st --temp 0 < /dev/null > "$OUT/cli-$t.log" 2>&1
+        "$CLI" -m "$GEMMA" -ctk $t -ctv $t -fa on -ngl 99 -p "The capital of France is" -n 16 -st --temp 0 < /dev/null > "$OUT/cli-$t.log" 2>&1
         log "llama-cli -m gemma -ctk $t -ctv $t -fa on -ngl 99 -p 'The capital of France is' -n 16 -st --temp 0: rc=$? | $(grep -E 'Generation:' "$OUT/cli-$t.log" | tail -1)"
         "$B/llama-completion" -m "$GEMMA" -ctk $t -ctv $t -fa on -ngl 99 -p "The Jargon File is a glossary of" -n 40 --temp 0 -no-cnv < /dev/null > "$OUT/completion-$t.log" 2>"$OUT/completion-$t.err"
         log "llama-completion -ngl 99 $t greedy: $(tr '\n' ' ' < "$OUT/completion-$t.log" | head -c 300) | $(grep -E 'CUDA0 KV buffer|offloaded' "$OUT/completion-$t.err" | tr '\n' ' ' | head -c 200)"
@@ -142,14 +198,6 @@ if [[ " $PHASES " == *" kv "* ]] && [ -f "$REPO/ci/gpu-kv.sh" ]; then
     log "kv features (tests/test_kv_features.py on CUDA, -ngl 99)"
     timeout ${TL_KV_TIMEOUT:-300} bash "$REPO/ci/gpu-kv.sh" "$B" "$GEMMA" "$REPO/.devcarry/jargon.txt" "$OUT" 2>&1 | tail -5 | tee -a "$OUT/summary.txt"
 fi
-
-# the turbo-llama command on this machine: click and tqdm travel as wheels in .devcarry/whl
-tl_python() {
-    if [ ! -d /tmp/site/click ]; then
-        python3 -m pip install -q --no-index --no-deps --no-compile --no-cache-dir --upgrade --target /tmp/site "$REPO"/.devcarry/whl/*.whl > /dev/null 2>&1 || log "wheel install failed"
-    fi
-    export PYTHONPATH=/tmp/site:$REPO/python:$TREE/gguf-py TURBO_LLAMA_DATA=$REPO PYTHONUNBUFFERED=1
-}
 
 if [[ " $PHASES " == *" tlbuild "* ]]; then
     # issue #4: the product's own `turbo-llama build --cuda` from the pristine pinned tree (.devcarry/pristine.tar.gz,
