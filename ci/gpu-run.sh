@@ -5,7 +5,7 @@
 #     call 1: `bg` (starts the build in the background from a copy of the repo) + `model` (stores the first part)
 #     calls 2..4: `model` (one more part of the Gemma GGUF each: .devcarry/m*/p*)
 #     call 5: `wait model test ppl cli`, call 6: `kv bench` ...
-#   bench runs (TL_BENCH, default main): main, deep (128K), v3, mma4..mma7 (TURBO_FA_MMA), hf (TURBO_FA_HEADS_FIRST=1),
+#   bench runs (TL_BENCH, default main): main, deep (128K), v3, mma4..mma8 (TURBO_FA_MMA), hf (TURBO_FA_HEADS_FIRST=1),
 #   pre1 (TURBO_FA_PREFILL=1), nooff (TURBO_K_OFFSET=0)
 # Needs .devcarry/tree.tar.gz: the stripped upstream tree (b11312) with our overlay + patches applied
 # (made by ci/make-devcarry.sh from the patched dev tree: git archive minus docs/ models/ media/, unused backends).
@@ -24,7 +24,7 @@ trap finish EXIT
 # passed in $WORK/safe.env; the rest of the machine's runs use them
 [ -f "$WORK/safe.env" ] && export $(cat "$WORK/safe.env")
 DEADLINE=${TL_DEADLINE:-540}
-FA_PERF='nh=8,nr23=\[4,1\],kv=(32768|131072),nb=1,'   # patch 0010's decode cases
+FA_PERF='hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=(32768|131072),nb=1,'   # patch 0010's decode cases
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
 log() { echo "[$(el)s] $*" | tee -a "$OUT/summary.txt"; }
@@ -126,7 +126,7 @@ if [[ " $PHASES " == *" test "* ]]; then
     # CPY turbo -> f16 is left out: the CPU reference (ggml-cpu dup) aborts on quantized -> f16 (lead's side)
     # spec: [ENV=VALUE:]OP|FILTER; the default kernel first, then the other variants on the pairs they serve
     for spec in "SET_ROWS|turbo" "CPY|type_dst=turbo|type_src=turbo[23],type_dst=f32" "GET_ROWS|turbo" "FLASH_ATTN_EXT|turbo" \
-                ${TL_FA_VARIANTS:-"TURBO_FA_MMA=7:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_HEADS_FIRST=1:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]"}; do
+                ${TL_FA_VARIANTS:-"TURBO_FA_MMA=5:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]"}; do
         op=${spec%%|*}; filt=${spec#*|}; envset=""
         case "$op" in *:*) envset=${op%%:*}; op=${op#*:} ;; esac
         echo "=== ${envset:+$envset }test-backend-ops -b CUDA0 -o $op -p '$filt'" >> "$OUT/tbo.log"
@@ -135,7 +135,7 @@ if [[ " $PHASES " == *" test "* ]]; then
         log "${envset:+$envset }test-backend-ops -b CUDA0 -o $op -p '$filt': rc=$rc | $(grep -E 'tests passed' "$WORK/tbo_one.log" | tail -1) | FAIL lines: $(grep -c FAIL "$WORK/tbo_one.log")"
         if [ "$op" = FLASH_ATTN_EXT ] && [ -z "$envset" ] && [ "$rc" != 0 ] && [ ! -f "$WORK/safe.env" ]; then
             grep -E "FAIL" "$WORK/tbo_one.log" | head -20 >> "$OUT/summary.txt"
-            for safe in "TURBO_FA_PREFILL=0" "TURBO_FA_PREFILL=0 TURBO_FA_MMA=4" "TURBO_FA_PREFILL=0 TURBO_FA_V3=1"; do
+            for safe in "TURBO_FA_MMA=5" "TURBO_FA_PREFILL=0 TURBO_FA_MMA=4" "TURBO_FA_PREFILL=0 TURBO_FA_V3=1"; do
                 env $safe "$B/test-backend-ops" -b CUDA0 -o FLASH_ATTN_EXT -p "$filt" > "$WORK/tbo_safe.log" 2>&1
                 r2=$?; log "default FA FAILED; with $safe: rc=$r2 | $(grep -E 'tests passed' "$WORK/tbo_safe.log" | tail -1)"
                 if [ "$r2" = 0 ]; then echo "$safe" > "$WORK/safe.env"; export $safe; break; fi
@@ -147,8 +147,11 @@ if [[ " $PHASES " == *" test "* ]]; then
         "$B/test-backend-ops" perf -b CUDA0 -o SET_ROWS > "$OUT/perf.log" 2>&1
         "$B/test-backend-ops" perf -b CUDA0 -o CPY >> "$OUT/perf.log" 2>&1
         "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$FA_PERF" >> "$OUT/perf.log" 2>&1
+        # the previous default kernel (v5) on the same turbo cases, for the per-version notes
+        echo "=== TURBO_FA_MMA=5" >> "$OUT/perf.log"
+        TURBO_FA_MMA=5 "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$FA_PERF.*type_K=turbo" >> "$OUT/perf.log" 2>&1
         sed 's/\x1b\[[0-9;]*m//g' "$OUT/perf.log" | grep -E "ne=\[1024,4096,1,1\]|ne_src=\[1024,4096,1,1\]" | grep "GB/s" >> "$OUT/summary.txt"
-        sed 's/\x1b\[[0-9;]*m//g' "$OUT/perf.log" | grep -E "FLASH_ATTN_EXT.*nh=8,nr23=\[4,1\]" | grep "us/run" \
+        sed 's/\x1b\[[0-9;]*m//g' "$OUT/perf.log" | grep -E "FLASH_ATTN_EXT.*nh=8,nr23=\[4,1\]|^=== " | grep -E "us/run|^=== " \
             | sed -E 's/max_bias=.*type_K=/type_K=/; s/,permute=[^)]*//' >> "$OUT/summary.txt"
     fi
     grep -E "FAIL|not supported" "$OUT/tbo.log" | head -40 >> "$OUT/summary.txt"
@@ -157,7 +160,7 @@ fi
 if [[ " $PHASES " == *" ncu "* ]]; then
     # hardware counters of one decode call (patch 0010's perf case) per kernel: stall reasons, bytes, occupancy
     if command -v ncu > /dev/null; then
-        for spec in "turbo3:131072:k_turbo_fattn_mma" "f16:131072:flash_attn" "turbo3:32768:k_turbo_fattn_mma" ${TL_NCU_EXTRA:-}; do
+        for spec in ${TL_NCU:-"turbo3:131072:k_turbo_fattn_mma" "f16:131072:flash_attn" "turbo3:32768:k_turbo_fattn_mma"}; do
             IFS=: read -r ty kv kern <<< "$spec"
             f="$OUT/ncu-$ty-$kv.txt"
             timeout ${TL_NCU_TIMEOUT:-150} ncu --clock-control none --set full -k "regex:$kern" -c 1 \

@@ -121,14 +121,20 @@ static __device__ __forceinline__ uint32_t turbo_u32(const uint16_t lo, const ui
 // shared-memory stages (a key's NB blocks are contiguous and 2-byte aligned: the copy covers them from the
 // 4-byte word below), so that a warp's loads are a few coalesced requests instead of 16-bit loads spread
 // over 16 rows; each lane then reads its words from shared memory.
-template <int NB, int KBITS, int VBITS, bool DEEP>
+// v8: whole 16-byte chunks instead (cp.async.cg, a few instructions per chunk, the chunk of each lane fixed for
+// the whole loop): a key's bytes start at an even offset 0..14 of their first chunk, so KC chunks cover them.
+template <int NB, int KBITS, int VBITS, int VAR>
 struct turbo_mma_stage_cfg {
+    static constexpr bool CHUNKS = VAR == 8;
     static constexpr int KBYTES = NB*(KBITS == 3 ? 50 : 34);   // one key's bytes of this head
     static constexpr int VBYTES = NB*(VBITS == 3 ? 50 : 34);
-    static constexpr int KW = (KBYTES + 2 + 3)/4;              // words that cover them from either alignment
-    static constexpr int VW = (VBYTES + 2 + 3)/4;
+    static constexpr int KC = (KBYTES + 14 + 15)/16;           // v8: 16-byte chunks per key
+    static constexpr int VC = (VBYTES + 14 + 15)/16;
+    static constexpr int KW = CHUNKS ? 4*KC : (KBYTES + 2 + 3)/4;   // words per staged key row
+    static constexpr int VW = CHUNKS ? 4*VC : (VBYTES + 2 + 3)/4;
+    static constexpr int ALIGN = CHUNKS ? 15 : 3;              // a row's start offset in its staged copy: address & ALIGN
     static constexpr int WORDS = TURBO_MMA_KEYS*(KW + VW);     // one stage
-    static constexpr int NSTAGE = NB == 1 ? (DEEP ? 5 : 3) : 2; // stages in flight (shared memory: 48 KB static)
+    static constexpr int NSTAGE = NB == 1 ? (VAR == 7 ? 5 : 3) : 2; // stages in flight (shared memory: 48 KB static)
 };
 
 static __device__ __forceinline__ void turbo_cp_async4(const uint32_t dst, const void * src, const int src_bytes) {
@@ -163,6 +169,52 @@ static __device__ __forceinline__ void turbo_mma_stage_rows(uint32_t * words, co
         const int n = key < n_kv ? min(4, max(0, sh + NBYTES - 4*j)) : 0;   // no byte past the key's blocks
         turbo_cp_async4(dst0 + 4*w, row - sh + 4*j, n);
     }
+}
+
+static __device__ __forceinline__ void turbo_cp_async16(const uint32_t dst, const void * src, const int src_bytes) {
+#ifdef AMPERE_MMA_AVAILABLE
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(src_bytes));
+#else
+    GGML_UNUSED(dst); GGML_UNUSED(src); GGML_UNUSED(src_bytes);
+#endif
+}
+
+// v8: copies the NC 16-byte chunks that cover each of the 16 rows' bytes into words[16][4*NC]; rows past n_kv
+// are zero-filled. A chunk holds at least one byte of its row, so it never leaves the row's memory page.
+template <int NC>
+static __device__ __forceinline__ void turbo_mma_stage_chunks(uint32_t * words, const char * base, const int64_t nb1,
+        const int k0, const int n_kv, const int lane) {
+    const uint32_t dst0 = (uint32_t) __cvta_generic_to_shared(words);
+#pragma unroll
+    for (int i = lane; i < TURBO_MMA_KEYS*NC; i += WARP_SIZE) {
+        const int kk = i / NC, c = i % NC;
+        const int key = k0 + kk;
+        const bool ok = key < n_kv;
+        const uintptr_t row = (uintptr_t) (base + (int64_t) (ok ? key : 0)*nb1);
+        turbo_cp_async16(dst0 + 16*i, (const void *) ((row & ~(uintptr_t) 15) + 16*c), ok ? 16 : 0);
+    }
+}
+
+// v8: four table indexes at once. Byte k of the result is 4x the table index (a byte offset into the 64-entry
+// pair table) of nibble n = 2k + odd of lo: its two low-plane codes, with their two high bits from bits 2n, 2n+1
+// of the half of hi that sel picks (0x1100: hi's low 16 bits, 0x3322: its high 16 bits). A lookup is then one
+// byte extraction and one shared load, instead of cutting 6 bits out of two words per lookup.
+template <int bits, int odd>
+static __device__ __forceinline__ uint32_t turbo_mma_idx4(const uint32_t lo, const uint32_t hi, const uint32_t sel) {
+    uint32_t r = (odd ? (lo >> 2) : (lo << 2)) & 0x3C3C3C3Cu;
+    if (bits == 3) {
+        const uint32_t x = __byte_perm(hi, 0, sel);   // bytes: the half's low byte twice, its high byte twice
+        r |= odd ? (((x << 4) & 0x00C000C0u) | (x & 0xC000C000u))
+                 : (((x << 6) & 0x00C000C0u) | ((x << 2) & 0xC000C000u));
+    }
+    return r;
+}
+// the pair of nibble n (the word of its parity), read from the table at shared address table_sh (256-byte
+// aligned: one byte permute gives the whole address, no add)
+static __device__ __forceinline__ uint32_t turbo_mma_pick(const uint32_t table_sh, const uint32_t w, const int n) {
+    uint32_t v;
+    asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(__byte_perm(w, table_sh, 0x7650 | (n >> 1))));
+    return v;
 }
 
 // a 32-bit value at an even byte offset of a staged row
@@ -204,9 +256,11 @@ template <int bits> static __device__ __forceinline__ int turbo_mma_vidx(const u
 
 // VAR: 4 = v4 (16-bit loads into registers, one step ahead); 5 = v5 (cp.async ring); 6 = v5 with the
 // registers capped for TURBO_MMA_MIN_BLOCKS blocks per SM at D = 128 (more warps, a few spilled values);
-// 7 = v5 with 5 stages in the ring at D = 128 (more bytes in flight; not yet measured on a GPU)
+// 7 = v5 with 5 stages in the ring at D = 128 (more bytes in flight); 8 = v5 with 16-byte chunk staging and
+// index bytes (turbo_mma_idx4): ncu on v5 showed it bound by instruction issue (~1140 warp instructions per
+// 16-key step, a quarter of them computing the 4-byte copies' addresses, half cutting table indexes)
 template <int D, ggml_type type_K, ggml_type type_V, int VAR>
-__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 6 ? TURBO_MMA_MIN_BLOCKS : 3) : 1)
+__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 6 || VAR == 8 ? TURBO_MMA_MIN_BLOCKS : 3) : 1)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     constexpr bool STAGED = VAR >= 5;
 #ifndef AMPERE_MMA_AVAILABLE
@@ -220,11 +274,13 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     constexpr int QS = D + 4;
     constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
-    typedef turbo_mma_stage_cfg<NB, KBITS, VBITS, VAR == 7> cfg;
+    typedef turbo_mma_stage_cfg<NB, KBITS, VBITS, VAR> cfg;
+    constexpr bool IDX4 = VAR == 8;
     constexpr int RING = STAGED ? NW*cfg::NSTAGE*cfg::WORDS : 0;       // staging ring (v5), words
     constexpr int OSZ  = NW*NR*D;                                     // the warps' outputs (epilogue), floats
     __shared__ float    q_sh[NR*QS];
-    __shared__ uint32_t pairK[64], pairV[64];
+    __shared__ __align__(256) uint32_t pairK[64];
+    __shared__ __align__(256) uint32_t pairV[64];
     __shared__ float    Ms[NW*NR], Ls[NW*NR];
     __shared__ uint32_t ring_os[RING > OSZ ? RING : OSZ];             // the ring is dead when the outputs are written
     float * Os = (float *) ring_os;
@@ -248,6 +304,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         pairK[tid] = turbo_mma_pair<KBITS>(tid);
         pairV[tid] = turbo_mma_pair<VBITS>(tid);
     }
+    const uint32_t pairK_sh = (uint32_t) __cvta_generic_to_shared(pairK);
+    const uint32_t pairV_sh = (uint32_t) __cvta_generic_to_shared(pairV);
     // q rows, scaled (softmax scale and log2 e), signs applied, then the FWHT of each 128-block
     const float qscale = p.scale*LOG2E;
     for (int it = tid; it < NR*D; it += NW*WARP_SIZE) {
@@ -319,14 +377,23 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 
     turbo_mma_step<NB, KBITS, VBITS> cur, nxt;
     uint32_t * ring = ring_os + warp*cfg::NSTAGE*cfg::WORDS;
+    // one stage's copies: K rows then V rows of the 16 keys of tile t1
+    auto stage = [&](uint32_t * st, const int t1) {
+        if (cfg::CHUNKS) {
+            turbo_mma_stage_chunks<cfg::KC>(st, Kb, p.nb11, t1*TURBO_MMA_KEYS, p.n_kv, lane);
+            turbo_mma_stage_chunks<cfg::VC>(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1*TURBO_MMA_KEYS, p.n_kv, lane);
+        } else {
+            turbo_mma_stage_rows<cfg::KBYTES, cfg::KW>(st, Kb, p.nb11, t1*TURBO_MMA_KEYS, p.n_kv, lane);
+            turbo_mma_stage_rows<cfg::VBYTES, cfg::VW>(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1*TURBO_MMA_KEYS, p.n_kv, lane);
+        }
+    };
     int tt = t_begin + warp;
     if (STAGED) {
 #pragma unroll
         for (int st = 0; st < cfg::NSTAGE - 1; ++st) {
             const int t1 = tt + st*NW;
             if (t1 < t_end) {
-                turbo_mma_stage_rows<cfg::KBYTES, cfg::KW>(ring + st*cfg::WORDS, Kb, p.nb11, t1*TURBO_MMA_KEYS, p.n_kv, lane);
-                turbo_mma_stage_rows<cfg::VBYTES, cfg::VW>(ring + st*cfg::WORDS + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1*TURBO_MMA_KEYS, p.n_kv, lane);
+                stage(ring + st*cfg::WORDS, t1);
             }
             turbo_cp_async_commit();
         }
@@ -344,8 +411,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             const int t1 = tt + (cfg::NSTAGE - 1)*NW;
             uint32_t * nst = ring + ((it + cfg::NSTAGE - 1) % cfg::NSTAGE)*cfg::WORDS;
             if (t1 < t_end) {
-                turbo_mma_stage_rows<cfg::KBYTES, cfg::KW>(nst, Kb, p.nb11, t1*TURBO_MMA_KEYS, p.n_kv, lane);
-                turbo_mma_stage_rows<cfg::VBYTES, cfg::VW>(nst + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1*TURBO_MMA_KEYS, p.n_kv, lane);
+                stage(nst, t1);
             }
             turbo_cp_async_commit();
             turbo_cp_async_wait<cfg::NSTAGE - 1>();
@@ -353,13 +419,13 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
                 const int key = min(k0 + g + 8*i, p.n_kv - 1);
-                ksh[i] = (int) (((uintptr_t) Kb + (int64_t) key*p.nb11) & 3);
-                vsh[i] = (int) (((uintptr_t) Vb + (int64_t) key*p.nb21) & 3);
+                ksh[i] = (int) (((uintptr_t) Kb + (int64_t) key*p.nb11) & cfg::ALIGN);
+                vsh[i] = (int) (((uintptr_t) Vb + (int64_t) key*p.nb21) & cfg::ALIGN);
             }
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int key = min(k0 + 2*t + (i & 1) + 8*(i >> 1), p.n_kv - 1);
-                vsh4[i] = (int) (((uintptr_t) Vb + (int64_t) key*p.nb21) & 3);
+                vsh4[i] = (int) (((uintptr_t) Vb + (int64_t) key*p.nb21) & cfg::ALIGN);
             }
         } else if (tt + NW < t_end) {
             nxt.load(Kb, p.nb11, Vb, p.nb21, k0 + NW*TURBO_MMA_KEYS, p.n_kv, g, t);
@@ -384,14 +450,36 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 }
             }
             float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            if (IDX4) {
+                // per key: index words of pairs 0,2,4,6 | 1,3,5,7 (lo0) and 8,10,12,14 | 9,11,13,15 (lo1)
+                uint32_t ix[2][4];
 #pragma unroll
-            for (int cc = 0; cc < 8; ++cc) {
-                uint32_t a[4];
-                a[0] = pairK[turbo_mma_kidx<KBITS>(lo0[0], lo1[0], hi[0], 2*cc)];
-                a[1] = pairK[turbo_mma_kidx<KBITS>(lo0[1], lo1[1], hi[1], 2*cc)];
-                a[2] = pairK[turbo_mma_kidx<KBITS>(lo0[0], lo1[0], hi[0], 2*cc + 1)];
-                a[3] = pairK[turbo_mma_kidx<KBITS>(lo0[1], lo1[1], hi[1], 2*cc + 1)];
-                turbo_mma_16816(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
+                for (int i = 0; i < 2; ++i) {
+                    ix[i][0] = turbo_mma_idx4<KBITS, 0>(lo0[i], hi[i], 0x1100);
+                    ix[i][1] = turbo_mma_idx4<KBITS, 1>(lo0[i], hi[i], 0x1100);
+                    ix[i][2] = turbo_mma_idx4<KBITS, 0>(lo1[i], hi[i], 0x3322);
+                    ix[i][3] = turbo_mma_idx4<KBITS, 1>(lo1[i], hi[i], 0x3322);
+                }
+#pragma unroll
+                for (int cc = 0; cc < 8; ++cc) {
+                    const int w = (cc >> 2)*2, n = 2*(cc & 3);   // pair 2cc is nibble n of lo0/lo1
+                    uint32_t a[4];
+                    a[0] = turbo_mma_pick(pairK_sh, ix[0][w],     n);
+                    a[1] = turbo_mma_pick(pairK_sh, ix[1][w],     n);
+                    a[2] = turbo_mma_pick(pairK_sh, ix[0][w + 1], n + 1);
+                    a[3] = turbo_mma_pick(pairK_sh, ix[1][w + 1], n + 1);
+                    turbo_mma_16816(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
+                }
+            } else {
+#pragma unroll
+                for (int cc = 0; cc < 8; ++cc) {
+                    uint32_t a[4];
+                    a[0] = pairK[turbo_mma_kidx<KBITS>(lo0[0], lo1[0], hi[0], 2*cc)];
+                    a[1] = pairK[turbo_mma_kidx<KBITS>(lo0[1], lo1[1], hi[1], 2*cc)];
+                    a[2] = pairK[turbo_mma_kidx<KBITS>(lo0[0], lo1[0], hi[0], 2*cc + 1)];
+                    a[3] = pairK[turbo_mma_kidx<KBITS>(lo0[1], lo1[1], hi[1], 2*cc + 1)];
+                    turbo_mma_16816(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
+                }
             }
             const float n0 = __half2float(__ushort_as_half((uint16_t) (STAGED ? turbo_sh_u16(kst + g*cfg::KW, ksh[0] + b*KBS) : cur.kn[0][b])));
             const float n1 = __half2float(__ushort_as_half((uint16_t) (STAGED ? turbo_sh_u16(kst + (g + 8)*cfg::KW, ksh[1] + b*KBS) : cur.kn[1][b])));
@@ -466,14 +554,32 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 v01.make(w[0], w[1], h[0], h[1]);
                 v89.make(w[2], w[3], h[2], h[3]);
             }
+            if (IDX4) {
+                // index words [fragment register][parity of jj]: the same nibble layout as K's lo0 with hi's low half
+                uint32_t vx[4][2];
+                vx[0][0] = turbo_mma_idx4<VBITS, 0>(v01.lo_e, v01.hi_e, 0x1100); vx[0][1] = turbo_mma_idx4<VBITS, 1>(v01.lo_e, v01.hi_e, 0x1100);
+                vx[1][0] = turbo_mma_idx4<VBITS, 0>(v01.lo_o, v01.hi_o, 0x1100); vx[1][1] = turbo_mma_idx4<VBITS, 1>(v01.lo_o, v01.hi_o, 0x1100);
+                vx[2][0] = turbo_mma_idx4<VBITS, 0>(v89.lo_e, v89.hi_e, 0x1100); vx[2][1] = turbo_mma_idx4<VBITS, 1>(v89.lo_e, v89.hi_e, 0x1100);
+                vx[3][0] = turbo_mma_idx4<VBITS, 0>(v89.lo_o, v89.hi_o, 0x1100); vx[3][1] = turbo_mma_idx4<VBITS, 1>(v89.lo_o, v89.hi_o, 0x1100);
 #pragma unroll
-            for (int jj = 0; jj < 8; ++jj) {
-                uint32_t a[4];
-                a[0] = pairV[turbo_mma_vidx<VBITS>(v01.lo_e, v01.hi_e, jj)];   // dim 16g + 2jj,     keys 2t, 2t+1
-                a[1] = pairV[turbo_mma_vidx<VBITS>(v01.lo_o, v01.hi_o, jj)];   // dim 16g + 2jj + 1, keys 2t, 2t+1
-                a[2] = pairV[turbo_mma_vidx<VBITS>(v89.lo_e, v89.hi_e, jj)];   // keys 2t+8, 2t+9
-                a[3] = pairV[turbo_mma_vidx<VBITS>(v89.lo_o, v89.hi_o, jj)];
-                turbo_mma_16816(o[8*b + jj], a, pb0, pb1);
+                for (int jj = 0; jj < 8; ++jj) {
+                    uint32_t a[4];
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) {
+                        a[r] = turbo_mma_pick(pairV_sh, vx[r][jj & 1], jj);
+                    }
+                    turbo_mma_16816(o[8*b + jj], a, pb0, pb1);
+                }
+            } else {
+#pragma unroll
+                for (int jj = 0; jj < 8; ++jj) {
+                    uint32_t a[4];
+                    a[0] = pairV[turbo_mma_vidx<VBITS>(v01.lo_e, v01.hi_e, jj)];   // dim 16g + 2jj,     keys 2t, 2t+1
+                    a[1] = pairV[turbo_mma_vidx<VBITS>(v01.lo_o, v01.hi_o, jj)];   // dim 16g + 2jj + 1, keys 2t, 2t+1
+                    a[2] = pairV[turbo_mma_vidx<VBITS>(v89.lo_e, v89.hi_e, jj)];   // keys 2t+8, 2t+9
+                    a[3] = pairV[turbo_mma_vidx<VBITS>(v89.lo_o, v89.hi_o, jj)];
+                    turbo_mma_16816(o[8*b + jj], a, pb0, pb1);
+                }
             }
         }
         if (!STAGED) {
@@ -536,7 +642,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     X(128, GGML_TYPE_TURBO3, 5) X(128, GGML_TYPE_TURBO2, 5) X(256, GGML_TYPE_TURBO3, 5) X(256, GGML_TYPE_TURBO2, 5) \
     X(128, GGML_TYPE_TURBO3, 6) X(128, GGML_TYPE_TURBO2, 6) X(256, GGML_TYPE_TURBO3, 6) X(256, GGML_TYPE_TURBO2, 6) \
     X(128, GGML_TYPE_TURBO3, 4) X(128, GGML_TYPE_TURBO2, 4) X(256, GGML_TYPE_TURBO3, 4) X(256, GGML_TYPE_TURBO2, 4) \
-    X(128, GGML_TYPE_TURBO3, 7) X(128, GGML_TYPE_TURBO2, 7)
+    X(128, GGML_TYPE_TURBO3, 7) X(128, GGML_TYPE_TURBO2, 7) \
+    X(128, GGML_TYPE_TURBO3, 8) X(128, GGML_TYPE_TURBO2, 8) X(256, GGML_TYPE_TURBO3, 8) X(256, GGML_TYPE_TURBO2, 8)
 
 template <ggml_type type_K>
 void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const ggml_type type_V, const int var,
@@ -554,7 +661,7 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at whole waves)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const int var) {
-    static int cache[2][2][4] = {};
+    static int cache[2][2][5] = {};
     int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var - 4];
     if (n == 0) {
         const void * fn = nullptr;

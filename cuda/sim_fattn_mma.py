@@ -74,7 +74,29 @@ def movmatrix_trans(x_regs):
     return [Y[lane >> 2, 2 * (lane & 3):2 * (lane & 3) + 2].copy() for lane in range(32)]
 
 
-def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0):
+def byte_perm(x, y, sel):
+    """CUDA's __byte_perm (default mode): byte i of the result is byte (sel >> 4i) & 7 of y:x"""
+    b = [(x >> 8 * i) & 0xFF for i in range(4)] + [(y >> 8 * i) & 0xFF for i in range(4)]
+    return sum(b[(sel >> 4 * i) & 7] << 8 * i for i in range(4))
+
+
+def idx4(lo, hi, sel, odd, bits):
+    """v8 (turbo_mma_idx4): byte k = 4 x the table index of nibble 2k + odd of lo and its two high bits, which
+    sit at bits 2n, 2n+1 of the half of hi that sel picks (0x1100: nibbles of hi's low 16 bits, 0x3322: high)"""
+    r = ((lo >> 2) if odd else (lo << 2)) & 0x3C3C3C3C
+    if bits == 3:
+        x = byte_perm(hi, 0, sel)
+        r |= (((x << 4) & 0x00C000C0) | (x & 0xC000C000)) if odd else (((x << 6) & 0x00C000C0) | ((x << 2) & 0xC000C000))
+    return r
+
+
+def idx4_pick(w, n):
+    """table index of nibble n from the index word of its parity"""
+    return ((w >> (8 * (n >> 1))) & 0xFF) >> 2
+
+
+def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0, variant=4):
+    """variant 4: table indexes cut from the codes per lookup (v4-v7); 8: index bytes built per word (v8)"""
     rng = np.random.default_rng(seed)
     NB = D // 128
     kname, vname = f"turbo{kbits}", f"turbo{vbits}"
@@ -129,7 +151,10 @@ def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0):
                         lo0[lane, i] = lo1[lane, i] = hi[lane, i] = 0; kn[lane, i] = 0.0
 
             def kidx(lane, i, m):
-                idx = ((lo0[lane, i] if m < 8 else lo1[lane, i]) >> (4 * (m & 7))) & 15
+                lo = lo0[lane, i] if m < 8 else lo1[lane, i]
+                if variant == 8:
+                    return idx4_pick(idx4(lo, hi[lane, i], 0x1100 if m < 8 else 0x3322, m & 1, kbits), m & 7)
+                idx = (lo >> (4 * (m & 7))) & 15
                 if kbits == 3:
                     idx |= ((hi[lane, i] >> (2 * m)) & 3) << 4
                 return idx
@@ -187,6 +212,8 @@ def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0):
                         (ha & 0x5555) | ((hb & 0x5555) << 1), ((ha >> 1) & 0x5555) | (hb & 0xAAAA))
 
             def vidx(lo, hi_, jj):
+                if variant == 8:
+                    return idx4_pick(idx4(lo, hi_, 0x1100, jj & 1, vbits), jj)
                 idx = (lo >> (4 * jj)) & 15
                 if vbits == 3:
                     idx |= ((hi_ >> (2 * jj)) & 3) << 4

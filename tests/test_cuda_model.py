@@ -24,14 +24,34 @@ def sim():
     return mod
 
 
+@pytest.mark.parametrize("variant", [4, 8])
 @pytest.mark.parametrize("D", [128, 256])
 @pytest.mark.parametrize("kbits,vbits", [(3, 3), (2, 2), (3, 2), (2, 3)])
 @pytest.mark.parametrize("n_kv", [16, 50])
-def test_mma_fragment_model_matches_attention(sim, D, kbits, vbits, n_kv):
-    O, L, O_ref, R = sim.simulate(D, kbits, vbits, n_kv, seed=D + 10 * kbits + vbits + n_kv)
+def test_mma_fragment_model_matches_attention(sim, D, kbits, vbits, n_kv, variant):
+    O, L, O_ref, R = sim.simulate(D, kbits, vbits, n_kv, seed=D + 10 * kbits + vbits + n_kv, variant=variant)
     out = O[:R] / L[:R, None]
     err = np.abs(out - O_ref[:R]).max() / np.abs(O_ref[:R]).max()
-    assert err < 1e-9, f"D={D} K turbo{kbits} V turbo{vbits} n_kv={n_kv}: relative error {err:.3g}"
+    assert err < 1e-9, f"v{variant} D={D} K turbo{kbits} V turbo{vbits} n_kv={n_kv}: relative error {err:.3g}"
+
+
+def test_index_bytes_match_the_nibble_indexes(sim):
+    """v8's index words (turbo_mma_idx4) give the same table index as v4's per-lookup cut, for every nibble,
+    on random code words: the high bits of pair n sit at bits 2n, 2n+1 of hi (K: all 32 bits, 16 pairs)."""
+    rng = np.random.default_rng(7)
+    for lo0, lo1, hi in rng.integers(0, 2**32, (200, 3), dtype=np.uint64).tolist():
+        for m in range(16):
+            lo = lo0 if m < 8 else lo1
+            want = ((lo >> (4 * (m & 7))) & 15) | (((hi >> (2 * m)) & 3) << 4)
+            got = sim.idx4_pick(sim.idx4(lo, hi, 0x1100 if m < 8 else 0x3322, m & 1, 3), m & 7)
+            assert got == want, (hex(lo), hex(hi), m)
+            assert sim.idx4_pick(sim.idx4(lo, hi, 0x1100, m & 1, 2), m & 7) == (lo >> (4 * (m & 7))) & 15
+
+
+def test_index_bytes_notice_a_wrong_selector(sim):
+    """The byte check can fail: the high half's selector used for the low pairs is caught."""
+    lo, hi = 0x76543210, 0x0000FFFF
+    assert sim.idx4_pick(sim.idx4(lo, hi, 0x3322, 0, 3), 0) != sim.idx4_pick(sim.idx4(lo, hi, 0x1100, 0, 3), 0)
 
 
 def test_model_notices_a_wrong_lane_mapping(sim, monkeypatch):
