@@ -174,6 +174,8 @@ def test_turbo_k_transforms_are_logged_and_repair_turbo3_keys(llama_tool, model_
     assert "gain rescale off (TURBO_K_RESCALE=0)" in log and "key offsets off (TURBO_K_OFFSET=0)" in log
     fixed, log = perplexity(tool, model_path, jargon_path, "turbo3", "f16")
     assert "q/k norm gains rescaled" in log and "key offsets from a" in log
+    # patch 0012: D is computed once per context, not by 19 ops per layer in every graph
+    assert "gain factors of 18 layers computed once" in log
     assert fixed - f16 < 0.35 * (plain - f16), (f16, plain, fixed)
 
 
