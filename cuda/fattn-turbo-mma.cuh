@@ -137,9 +137,16 @@ struct turbo_mma_stage_cfg {
     static constexpr int NSTAGE = NB == 1 ? (VAR == 7 ? 5 : 3) : 2; // stages in flight (shared memory: 48 KB static)
 };
 
-static __device__ __forceinline__ void turbo_cp_async4(const uint32_t dst, const void * src, const int src_bytes) {
+// asynchronous copy of N bytes (4: through L1, v5; 16: L2 only, v8) to shared memory; src_bytes < N zero-fills the rest
+template <int N>
+static __device__ __forceinline__ void turbo_cp_async(const uint32_t dst, const void * src, const int src_bytes) {
+    static_assert(N == 4 || N == 16, "cp.async copies 4, 8 or 16 bytes; .cg only 16");
 #ifdef AMPERE_MMA_AVAILABLE
-    asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(dst), "l"(src), "r"(src_bytes));
+    if (N == 16) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(src_bytes));
+    } else {
+        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(dst), "l"(src), "r"(src_bytes));
+    }
 #else
     GGML_UNUSED(dst); GGML_UNUSED(src); GGML_UNUSED(src_bytes);
 #endif
@@ -167,16 +174,8 @@ static __device__ __forceinline__ void turbo_mma_stage_rows(uint32_t * words, co
         const char * row = base + (int64_t) (key < n_kv ? key : 0)*nb1;
         const int sh = (int) ((uintptr_t) row & 3);
         const int n = key < n_kv ? min(4, max(0, sh + NBYTES - 4*j)) : 0;   // no byte past the key's blocks
-        turbo_cp_async4(dst0 + 4*w, row - sh + 4*j, n);
+        turbo_cp_async<4>(dst0 + 4*w, row - sh + 4*j, n);
     }
-}
-
-static __device__ __forceinline__ void turbo_cp_async16(const uint32_t dst, const void * src, const int src_bytes) {
-#ifdef AMPERE_MMA_AVAILABLE
-    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(src_bytes));
-#else
-    GGML_UNUSED(dst); GGML_UNUSED(src); GGML_UNUSED(src_bytes);
-#endif
 }
 
 // v8: copies the NC 16-byte chunks that cover each of the 16 rows' bytes into words[16][4*NC]; rows past n_kv
@@ -191,7 +190,7 @@ static __device__ __forceinline__ void turbo_mma_stage_chunks(uint32_t * words, 
         const int key = k0 + kk;
         const bool ok = key < n_kv;
         const uintptr_t row = (uintptr_t) (base + (int64_t) (ok ? key : 0)*nb1);
-        turbo_cp_async16(dst0 + 16*i, (const void *) ((row & ~(uintptr_t) 15) + 16*c), ok ? 16 : 0);
+        turbo_cp_async<16>(dst0 + 16*i, (const void *) ((row & ~(uintptr_t) 15) + 16*c), ok ? 16 : 0);
     }
 }
 
@@ -210,7 +209,9 @@ static __device__ __forceinline__ uint32_t turbo_mma_idx4(const uint32_t lo, con
     return r;
 }
 // the pair of nibble n (the word of its parity), read from the table at shared address table_sh (256-byte
-// aligned: one byte permute gives the whole address, no add)
+// aligned: one byte permute gives the whole address, no add). The asm has no memory operand, so the compiler
+// may schedule it freely; it cannot rise above the barrier that publishes the table, because its address comes
+// from this step's staged codes.
 static __device__ __forceinline__ uint32_t turbo_mma_pick(const uint32_t table_sh, const uint32_t w, const int n) {
     uint32_t v;
     asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(__byte_perm(w, table_sh, 0x7650 | (n >> 1))));
