@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # turbo-llama: the whole GPU run in one go (H200 via the device tool, or any CUDA machine).
-#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [ncu] [ppl] [cli] [kv] [tlbuild] [bench]   (results in $OUT, default /tmp/gpu-out)
+#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [ncu] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
 #   default: build test bench. The device tool keeps a machine (and /tmp) 30 s after a call, so a session:
 #     call 1: `bg` (starts the build in the background from a copy of the repo) + `model` (stores the first part)
 #     calls 2..4: `model` (one more part of the Gemma GGUF each: .devcarry/m*/p*)
@@ -200,23 +200,6 @@ fi
 if [[ " $PHASES " == *" kv "* ]] && [ -f "$REPO/ci/gpu-kv.sh" ]; then
     log "kv features (tests/test_kv_features.py on CUDA, -ngl 99)"
     timeout ${TL_KV_TIMEOUT:-300} bash "$REPO/ci/gpu-kv.sh" "$B" "$GEMMA" "$REPO/.devcarry/jargon.txt" "$OUT" 2>&1 | tail -5 | tee -a "$OUT/summary.txt"
-fi
-
-if [[ " $PHASES " == *" tlbuild "* ]]; then
-    # issue #4: the product's own `turbo-llama build --cuda` from the pristine pinned tree (.devcarry/pristine.tar.gz,
-    # ci/make-devcarry.sh --pristine), then llama-cli on the GPU with the real model when it is here
-    tl_python
-    rm -rf "$WORK/pristine" && mkdir -p "$WORK/pristine" && tar xzf "$REPO/.devcarry/pristine.tar.gz" -C "$WORK/pristine" \
-        || { log "no .devcarry/pristine.tar.gz"; exit 1; }
-    cmd="turbo-llama build --cuda --cuda-arch 90 --llama-src pristine --prefix tlprefix --target llama-cli --target test-backend-ops"
-    TURBO_LLAMA_CACHE=$WORK/tlcache python3 -m turbo_llama build --cuda --cuda-arch 90 --llama-src "$WORK/pristine" \
-        --prefix "$WORK/tlprefix" --target llama-cli --target test-backend-ops > "$OUT/tlbuild.log" 2>&1
-    log "$cmd: rc=$? | $(tail -2 "$OUT/tlbuild.log" | tr '\n' ' ' | head -c 300)"
-    if [ -f "$GEMMA" ] && [ -x "$WORK/tlprefix/bin/llama-cli" ]; then
-        "$WORK/tlprefix/bin/llama-cli" -m "$GEMMA" -ctk turbo3 -ctv turbo3 -fa on -ngl 99 -p "The capital of France is" -n 16 -st --temp 0 \
-            < /dev/null > "$OUT/tlbuild-cli.log" 2>&1
-        log "tlprefix/bin/llama-cli -ctk turbo3 -ctv turbo3 -fa on -ngl 99: rc=$? | $(grep -E 'Generation:' "$OUT/tlbuild-cli.log" | tail -1)"
-    fi
 fi
 
 if [[ " $PHASES " == *" bench "* ]]; then

@@ -2,7 +2,7 @@
 # turbo-llama: builds .devcarry/tree.tar.gz for ci/gpu-run.sh from a prepared (overlaid + patched) llama.cpp tree.
 #   ci/make-devcarry.sh <prepared tree dir or git repo> [--pristine]
 # --pristine also writes .devcarry/pristine.tar.gz: the untouched pinned tree (`git archive pristine` of a
-# prepared tree, ~38 MB), for `turbo-llama build --cuda --llama-src` on the GPU machine (gpu-run.sh tlbuild).
+# prepared tree, ~38 MB), for `turbo-llama build --cuda --llama-src` on the GPU machine (gpu-run.sh tlfull, which `bg` starts).
 # Strips what a CUDA build does not need (docs, models, media, other backends, the web UI sources (its CMake
 # stays: the server build asks for it), benches) to stay far
 # below the device tool's 64 MiB per call (about 7 MB compressed at b11312).
