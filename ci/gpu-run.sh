@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # turbo-llama: the whole GPU run in one go (H200 via the device tool, or any CUDA machine).
-#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [ncu] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
+#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [ncu] [ktime] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
 #   default: build test bench. The device tool keeps a machine (and /tmp) 30 s after a call, so a session:
 #     call 1: `bg` (starts the build in the background from a copy of the repo) + `model` (stores the first part)
 #     calls 2..4: `model` (one more part of the Gemma GGUF each: .devcarry/m*/p*)
@@ -125,8 +125,8 @@ if [[ " $PHASES " == *" test "* ]]; then
     : > "$OUT/tbo.log"
     # CPY turbo -> f16 is left out: the CPU reference (ggml-cpu dup) aborts on quantized -> f16 (lead's side)
     # spec: [ENV=VALUE:]OP|FILTER; the default kernel first, then the other variants on the pairs they serve
-    for spec in "SET_ROWS|turbo" "CPY|type_dst=turbo|type_src=turbo[23],type_dst=f32" "GET_ROWS|turbo" "FLASH_ATTN_EXT|turbo" \
-                ${TL_FA_VARIANTS:-"TURBO_FA_MMA=5:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]"}; do
+    for spec in "SET_ROWS|turbo" "SUB_SET_ROWS|turbo" "CPY|type_dst=turbo|type_src=turbo[23],type_dst=f32" "GET_ROWS|turbo" \
+                "FLASH_ATTN_EXT|turbo" ${TL_FA_VARIANTS:-"TURBO_FA_MMA=5:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]"}; do
         op=${spec%%|*}; filt=${spec#*|}; envset=""
         case "$op" in *:*) envset=${op%%:*}; op=${op#*:} ;; esac
         echo "=== ${envset:+$envset }test-backend-ops -b CUDA0 -o $op -p '$filt'" >> "$OUT/tbo.log"
@@ -147,9 +147,11 @@ if [[ " $PHASES " == *" test "* ]]; then
         "$B/test-backend-ops" perf -b CUDA0 -o SET_ROWS > "$OUT/perf.log" 2>&1
         "$B/test-backend-ops" perf -b CUDA0 -o CPY >> "$OUT/perf.log" 2>&1
         "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$FA_PERF" >> "$OUT/perf.log" 2>&1
-        # the previous default kernel (v5) on the same turbo cases, for the per-version notes
-        echo "=== TURBO_FA_MMA=5" >> "$OUT/perf.log"
-        TURBO_FA_MMA=5 "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$FA_PERF.*type_K=turbo" >> "$OUT/perf.log" 2>&1
+        # an older kernel variant on the same turbo cases, for the per-version notes (TL_PERF_VARIANT=TURBO_FA_MMA=5)
+        if [ -n "${TL_PERF_VARIANT:-}" ]; then
+            echo "=== $TL_PERF_VARIANT" >> "$OUT/perf.log"
+            env $TL_PERF_VARIANT "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$FA_PERF.*type_K=turbo" >> "$OUT/perf.log" 2>&1
+        fi
         sed 's/\x1b\[[0-9;]*m//g' "$OUT/perf.log" | grep -E "ne=\[1024,4096,1,1\]|ne_src=\[1024,4096,1,1\]" | grep "GB/s" >> "$OUT/summary.txt"
         sed 's/\x1b\[[0-9;]*m//g' "$OUT/perf.log" | grep -E "FLASH_ATTN_EXT.*nh=8,nr23=\[4,1\]|^=== " | grep -E "us/run|^=== " \
             | sed -E 's/max_bias=.*type_K=/type_K=/; s/,permute=[^)]*//' >> "$OUT/summary.txt"
@@ -170,6 +172,32 @@ if [[ " $PHASES " == *" ncu "* ]]; then
     else
         log "no ncu here"
     fi
+fi
+
+if [[ " $PHASES " == *" ktime "* ]]; then
+    # issue #6: where a decode step's time goes, per kernel: ncu times every launch of a few depth-0 decode steps
+    # (llama-bench -p 0 -n N, CUDA graphs off so that each launch is its own kernel), ci/ktime.py sums them by name
+    tl_python; export TURBO_LLAMA_CACHE=$WORK/cache
+    M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))" 2>> "$OUT/ktime.err")
+    NTOK=${TL_KTIME_N:-8}
+    for spec in ${TL_KTIME:-f16 turbo3 q8_0}; do
+        t=${spec##*:}; envset=""; case "$spec" in *:*) envset=${spec%:*} ;; esac
+        f="$OUT/ktime-${envset:+${envset//[=:]/-}-}$t.csv"
+        env ${envset:-TL_NONE=1} GGML_CUDA_DISABLE_GRAPHS=1 timeout ${TL_KTIME_TIMEOUT:-150} ncu --clock-control none --cache-control none \
+            --metrics gpu__time_duration.sum --csv --print-units base \
+            "$B/llama-bench" -m "$M8" -p 0 -n "$NTOK" -r 1 -fa 1 -ngl 99 -ctk $t -ctv $t --no-warmup > "$f" 2> "$f.err"
+        log "ktime ${envset:+$envset }$t (llama8b, d0, $NTOK tokens + the k-offset probe for turbo): rc=$?"
+        python3 "$REPO/ci/ktime.py" "$f" "$NTOK" 2>&1 | head -${TL_KTIME_LINES:-16} | tee -a "$OUT/summary.txt"
+    done
+fi
+
+if [[ " $PHASES " == *" gbench "* ]]; then
+    # Gemma 3 270M decode, f16 against turbo3 with and without patch 0007's gains (0012 computes them once)
+    for spec in f16 turbo3 TURBO_K_RESCALE=0:turbo3 q8_0; do
+        t=${spec##*:}; envset=""; case "$spec" in *:*) envset=${spec%:*} ;; esac
+        env ${envset:-TL_NONE=1} "$B/llama-bench" -m "$GEMMA" -p 0 -n 128 -r 3 -fa 1 -ngl 99 -ctk $t -ctv $t -o md > "$OUT/gbench-$t${envset:+-x}.md" 2>&1
+        log "gemma llama-bench -p 0 -n 128 -r 3 -fa 1 -ngl 99 -ctk $t -ctv $t ${envset:+($envset)}: $(grep -E '\| +tg128' "$OUT/gbench-$t${envset:+-x}.md" | tr -s ' ' | head -c 200)"
+    done
 fi
 
 if [[ " $PHASES " == *" ppl "* ]]; then

@@ -307,34 +307,64 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     }
     const uint32_t pairK_sh = (uint32_t) __cvta_generic_to_shared(pairK);
     const uint32_t pairV_sh = (uint32_t) __cvta_generic_to_shared(pairV);
-    // q rows, scaled (softmax scale and log2 e), signs applied, then the FWHT of each 128-block
-    const float qscale = p.scale*LOG2E;
-    for (int it = tid; it < NR*D; it += NW*WARP_SIZE) {
-        const int r = it / D, d = it % D;
-        const int rho = rg*NR + r;
-        float v = 0.0f;
-        if (rho < R) {
-            const int j = rho / p.gqa, h = hk*p.gqa + rho % p.gqa;
-            v = *(const float *) (p.Q + iq3*p.nb03 + h*p.nb02 + j*p.nb01 + d*sizeof(float))*qscale;
-            if (turbo_sign_neg(d % QK_TURBO)) {
-                v = -v;
-            }
+    const char * Kb = p.K + (int64_t) hk*p.nb12 + (int64_t) (iq3 % p.ne13)*p.nb13;
+    const char * Vb = p.V + (int64_t) hk*p.nb22 + (int64_t) (iq3 % p.ne23)*p.nb23;
+    const int n_tiles = (p.n_kv + TURBO_MMA_KEYS - 1) / TURBO_MMA_KEYS;
+    const int t_begin = split*p.tiles_per_split;
+    const int t_end   = min(n_tiles, t_begin + p.tiles_per_split);
+    turbo_mma_step<NB, KBITS, VBITS> cur, nxt;
+    uint32_t * ring = ring_os + warp*cfg::NSTAGE*cfg::WORDS;
+    // one stage's copies: K rows then V rows of the 16 keys of tile t1
+    auto stage = [&](uint32_t * st, const int t1) {
+        if (cfg::CHUNKS) {
+            turbo_mma_stage_chunks<cfg::KC>(st, Kb, p.nb11, t1*TURBO_MMA_KEYS, p.n_kv, lane);
+            turbo_mma_stage_chunks<cfg::VC>(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1*TURBO_MMA_KEYS, p.n_kv, lane);
+        } else {
+            turbo_mma_stage_rows<cfg::KBYTES, cfg::KW>(st, Kb, p.nb11, t1*TURBO_MMA_KEYS, p.n_kv, lane);
+            turbo_mma_stage_rows<cfg::VBYTES, cfg::VW>(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1*TURBO_MMA_KEYS, p.n_kv, lane);
         }
-        q_sh[r*QS + d] = v;
+    };
+    // the first stages' K/V copies go out before the Q prologue, so that their latency overlaps it (short
+    // contexts are latency: a warp there has one or two steps)
+    int tt = t_begin + warp;
+    if (STAGED) {
+#pragma unroll
+        for (int st = 0; st < cfg::NSTAGE - 1; ++st) {
+            const int t1 = tt + st*NW;
+            if (t1 < t_end) {
+                stage(ring + st*cfg::WORDS, t1);
+            }
+            turbo_cp_async_commit();
+        }
+    } else if (tt < t_end) {
+        cur.load(Kb, p.nb11, Vb, p.nb21, tt*TURBO_MMA_KEYS, p.n_kv, g, t);
+    }
+
+    // q rows, scaled (softmax scale and log2 e), signs applied, then the FWHT of each 128-block: one warp per
+    // 128-block of a row, in registers (the same butterflies and float operations as the C code)
+    const float qscale = p.scale*LOG2E;
+    for (int task = warp; task < NR*NB; task += NW) {
+        const int r = task / NB, blk = task % NB;
+        const int rho = rg*NR + r;
+        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (rho < R) {   // warp-uniform
+            const int j = rho / p.gqa, h = hk*p.gqa + rho % p.gqa;
+            const float * qrow = (const float *) (p.Q + iq3*p.nb03 + h*p.nb02 + j*p.nb01) + blk*QK_TURBO;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                v[k] = qrow[lane + 32*k]*qscale;
+                if (turbo_sign_neg(lane + 32*k)) {
+                    v[k] = -v[k];
+                }
+            }
+            turbo_warp_fwht(v, lane);
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            q_sh[r*QS + blk*QK_TURBO + lane + 32*k] = v[k];
+        }
     }
     __syncthreads();
-#pragma unroll
-    for (int h = 1; h < QK_TURBO; h *= 2) {
-        for (int it = tid; it < NR*D/2; it += NW*WARP_SIZE) {
-            const int r = it / (D/2), q = it % (D/2);
-            const int blk = q / (QK_TURBO/2), pp = q % (QK_TURBO/2);
-            const int i = r*QS + blk*QK_TURBO + (pp / h)*2*h + pp % h;
-            const float a = q_sh[i], b = q_sh[i + h];
-            q_sh[i]     = a + b;
-            q_sh[i + h] = a - b;
-        }
-        __syncthreads();
-    }
     // B fragments of Q^T: chunk c = 8*blk + cc holds dims 128 blk + 32t + 4cc + {0,1} (b0), {2,3} (b1) of row g
     uint32_t qb[NB*8][2];
 #pragma unroll
@@ -360,9 +390,6 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     const float cap  = p.logit_softcap*LOG2E;
     const float icap = p.logit_softcap != 0.0f ? 1.0f/cap : 0.0f;
 
-    const char * Kb = p.K + (int64_t) hk*p.nb12 + (int64_t) (iq3 % p.ne13)*p.nb13;
-    const char * Vb = p.V + (int64_t) hk*p.nb22 + (int64_t) (iq3 % p.ne23)*p.nb23;
-
     float o[NB*8][4];
 #pragma unroll
     for (int j = 0; j < NB*8; ++j) {
@@ -370,37 +397,6 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     }
     float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f};
 
-    const int n_tiles = (p.n_kv + TURBO_MMA_KEYS - 1) / TURBO_MMA_KEYS;
-    const int t_begin = split*p.tiles_per_split;
-    const int t_end   = min(n_tiles, t_begin + p.tiles_per_split);
-
-    __syncthreads();   // tables ready
-
-    turbo_mma_step<NB, KBITS, VBITS> cur, nxt;
-    uint32_t * ring = ring_os + warp*cfg::NSTAGE*cfg::WORDS;
-    // one stage's copies: K rows then V rows of the 16 keys of tile t1
-    auto stage = [&](uint32_t * st, const int t1) {
-        if (cfg::CHUNKS) {
-            turbo_mma_stage_chunks<cfg::KC>(st, Kb, p.nb11, t1*TURBO_MMA_KEYS, p.n_kv, lane);
-            turbo_mma_stage_chunks<cfg::VC>(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1*TURBO_MMA_KEYS, p.n_kv, lane);
-        } else {
-            turbo_mma_stage_rows<cfg::KBYTES, cfg::KW>(st, Kb, p.nb11, t1*TURBO_MMA_KEYS, p.n_kv, lane);
-            turbo_mma_stage_rows<cfg::VBYTES, cfg::VW>(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1*TURBO_MMA_KEYS, p.n_kv, lane);
-        }
-    };
-    int tt = t_begin + warp;
-    if (STAGED) {
-#pragma unroll
-        for (int st = 0; st < cfg::NSTAGE - 1; ++st) {
-            const int t1 = tt + st*NW;
-            if (t1 < t_end) {
-                stage(ring + st*cfg::WORDS, t1);
-            }
-            turbo_cp_async_commit();
-        }
-    } else if (tt < t_end) {
-        cur.load(Kb, p.nb11, Vb, p.nb21, tt*TURBO_MMA_KEYS, p.n_kv, g, t);
-    }
     for (int it = 0; tt < t_end; tt += NW, ++it) {
         const int k0 = tt*TURBO_MMA_KEYS;
         const uint32_t * kst = ring + (it % cfg::NSTAGE)*cfg::WORDS;   // this step's stage (v5)

@@ -44,7 +44,7 @@ static __global__ void k_turbo_set_rows(
         const int64_t nblk, const int64_t nbr, const int64_t ne01, const int64_t ne02,
         const int64_t s01, const int64_t s02, const int64_t s03,
         const int64_t s10, const int64_t s11, const int64_t s12, const int64_t ne11, const int64_t ne12,
-        const size_t nb1, const size_t nb2, const size_t nb3, const int bs) {
+        const size_t nb1, const size_t nb2, const size_t nb3, const int bs, const float * __restrict__ off) {
     const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
     const int lane = threadIdx.x % WARP_SIZE;
     if (wid >= nblk) {
@@ -64,6 +64,9 @@ static __global__ void k_turbo_set_rows(
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         v[k] = turbo_to_f32(x[lane + 32*k]);
+        if (off) {
+            v[k] = __fsub_rn(v[k], off[ib*QK_TURBO + lane + 32*k]);   // ggml_sub's a - b, fused (see below)
+        }
     }
     int codes[4];
     const uint16_t h = turbo_warp_encode<bits>(v, codes, lane);
@@ -71,10 +74,13 @@ static __global__ void k_turbo_set_rows(
 }
 
 template <typename src_t, typename idx_t>
-static void turbo_set_rows_launch(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
-    const ggml_tensor * src0 = dst->src[0];
-    const ggml_tensor * src1 = dst->src[1];
-    GGML_TENSOR_BINARY_OP_LOCALS
+static void turbo_set_rows_launch(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
+        ggml_tensor * dst, const float * off) {
+    GGML_TENSOR_LOCALS(int64_t, ne0, src0, ne)
+    GGML_TENSOR_LOCALS(size_t,  nb0, src0, nb)
+    GGML_TENSOR_LOCALS(int64_t, ne1, src1, ne)
+    GGML_TENSOR_LOCALS(size_t,  nb1, src1, nb)
+    GGML_TENSOR_LOCALS(size_t,  nb,  dst,  nb)
     GGML_ASSERT(ne00 % QK_TURBO == 0);
     GGML_ASSERT(nb00 == sizeof(src_t));
     const int64_t nbr  = ne00 / QK_TURBO;
@@ -90,28 +96,51 @@ static void turbo_set_rows_launch(ggml_backend_cuda_context & ctx, ggml_tensor *
     const dim3 block(TURBO_WARPS_PER_BLOCK*WARP_SIZE);
     if (dst->type == GGML_TYPE_TURBO3) {
         k_turbo_set_rows<src_t, idx_t, 3><<<grid, block, 0, stream>>>((const src_t *) src0->data, (const idx_t *) src1->data,
-            (char *) dst->data, nblk, nbr, ne01, ne02, s01, s02, s03, s10, s11, s12, ne11, ne12, nb1, nb2, nb3, bs);
+            (char *) dst->data, nblk, nbr, ne01, ne02, s01, s02, s03, s10, s11, s12, ne11, ne12, nb1, nb2, nb3, bs, off);
     } else {
         k_turbo_set_rows<src_t, idx_t, 2><<<grid, block, 0, stream>>>((const src_t *) src0->data, (const idx_t *) src1->data,
-            (char *) dst->data, nblk, nbr, ne01, ne02, s01, s02, s03, s10, s11, s12, ne11, ne12, nb1, nb2, nb3, bs);
+            (char *) dst->data, nblk, nbr, ne01, ne02, s01, s02, s03, s10, s11, s12, ne11, ne12, nb1, nb2, nb3, bs, off);
     }
     CUDA_CHECK(cudaGetLastError());
 }
 
-void ggml_cuda_turbo_set_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+static void turbo_set_rows_dispatch(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
+        ggml_tensor * dst, const float * off) {
     ggml_cuda_turbo_check_tables();
-    const ggml_tensor * src0 = dst->src[0];
-    const ggml_tensor * src1 = dst->src[1];
     GGML_ASSERT(ggml_cuda_is_turbo_type(dst->type));
     GGML_ASSERT(src0->type == GGML_TYPE_F32 || src0->type == GGML_TYPE_F16);
     GGML_ASSERT(src1->type == GGML_TYPE_I64 || src1->type == GGML_TYPE_I32);
+    GGML_ASSERT(off == nullptr || src0->type == GGML_TYPE_F32);
     if (src0->type == GGML_TYPE_F32) {
-        if (src1->type == GGML_TYPE_I64) { turbo_set_rows_launch<float, int64_t>(ctx, dst); }
-        else                             { turbo_set_rows_launch<float, int32_t>(ctx, dst); }
+        if (src1->type == GGML_TYPE_I64) { turbo_set_rows_launch<float, int64_t>(ctx, src0, src1, dst, off); }
+        else                             { turbo_set_rows_launch<float, int32_t>(ctx, src0, src1, dst, off); }
     } else {
-        if (src1->type == GGML_TYPE_I64) { turbo_set_rows_launch<half, int64_t>(ctx, dst); }
-        else                             { turbo_set_rows_launch<half, int32_t>(ctx, dst); }
+        if (src1->type == GGML_TYPE_I64) { turbo_set_rows_launch<half, int64_t>(ctx, src0, src1, dst, off); }
+        else                             { turbo_set_rows_launch<half, int32_t>(ctx, src0, src1, dst, off); }
     }
+}
+
+void ggml_cuda_turbo_set_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    turbo_set_rows_dispatch(ctx, dst->src[0], dst->src[1], dst, nullptr);
+}
+
+// llama's turbo key offset (patch 0008: SUB of one f32 row, then SET_ROWS) as one kernel: the difference is
+// taken as the values are loaded. A decode step writes one K row per layer, so the launch saved is most of
+// the cost. The caller (ggml-cuda.cu's fusion) checks that only the SET_ROWS reads the difference.
+bool ggml_cuda_turbo_set_rows_sub_fusable(const ggml_tensor * sub, const ggml_tensor * set_rows) {
+    if (sub->op != GGML_OP_SUB || set_rows->op != GGML_OP_SET_ROWS || set_rows->src[0] != sub) {
+        return false;
+    }
+    const ggml_tensor * a   = sub->src[0];
+    const ggml_tensor * off = sub->src[1];
+    return ggml_cuda_is_turbo_type(set_rows->type) && sub->type == GGML_TYPE_F32 && a->type == GGML_TYPE_F32 &&
+        off->type == GGML_TYPE_F32 && ggml_are_same_shape(a, sub) && a->nb[0] == sizeof(float) &&
+        ggml_is_contiguous(off) && off->ne[0] == a->ne[0] && ggml_nelements(off) == off->ne[0] &&
+        a->ne[0] % QK_TURBO == 0;
+}
+
+void ggml_cuda_turbo_set_rows_sub(ggml_backend_cuda_context & ctx, const ggml_tensor * sub, ggml_tensor * set_rows) {
+    turbo_set_rows_dispatch(ctx, sub->src[0], set_rows->src[1], set_rows, (const float *) sub->src[1]->data);
 }
 
 // ---- CPY ------------------------------------------------------------------------------------------

@@ -19,6 +19,9 @@ static inline bool ggml_cuda_is_turbo_type(ggml_type t) {
 
 // write path: SET_ROWS (src0 f32 or f16) into a turbo tensor; CPY f32/f16 -> turbo and turbo -> f32/f16
 void ggml_cuda_turbo_set_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
+// SUB (one f32 row, broadcast) then SET_ROWS into a turbo tensor, as one kernel (llama's turbo key offset)
+bool ggml_cuda_turbo_set_rows_sub_fusable(const ggml_tensor * sub, const ggml_tensor * set_rows);
+void ggml_cuda_turbo_set_rows_sub(ggml_backend_cuda_context & ctx, const ggml_tensor * sub, ggml_tensor * set_rows);
 void ggml_cuda_turbo_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, ggml_tensor * src1);
 bool ggml_cuda_turbo_cpy_supported(const ggml_tensor * src0, const ggml_tensor * src1);
 
