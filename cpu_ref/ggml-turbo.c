@@ -14,11 +14,21 @@
 #include "turbo-codebooks.h"
 
 #include <math.h>
+#include <stdlib.h>
 #include <string.h>
 
+// The attention helpers (turbo*_dot_rotated, turbo*_mad_rotated) have an AVX2+FMA path. This file is built
+// into ggml-base, which gets no -march flags, so on GCC/Clang x86 the path is compiled with a target
+// attribute and chosen at run time (turbo_use_avx2); the encoder and decoder are plain C everywhere.
 #if defined(__AVX2__) && defined(__FMA__)
 #include <immintrin.h>
 #define TURBO_AVX2 1
+#define TURBO_AVX2_FN
+#elif (defined(__GNUC__) || defined(__clang__)) && (defined(__x86_64__) || defined(__i386__))
+#include <immintrin.h>
+#define TURBO_AVX2 1
+#define TURBO_AVX2_DISPATCH 1
+#define TURBO_AVX2_FN __attribute__((target("avx2,fma")))
 #endif
 
 #define TURBO_INV_SQRT_QK 0.0883883476483184405f  // 1/sqrt(128)
@@ -320,43 +330,97 @@ bool turbo2_validate_row(const void * data, size_t nbytes) {
 // ---- fused attention helpers --------------------------------------------------------------
 
 #ifdef TURBO_AVX2
+// 1 where the AVX2+FMA path runs: always when the file is built for it, else if the CPU has both
+// (TURBO_NO_SIMD=1 keeps the plain C path, for comparisons)
+static int turbo_use_avx2(void) {
+    static int use = -1;   // decided once (a benign race: every thread computes the same value)
+    if (use < 0) {
+        const char * off = getenv("TURBO_NO_SIMD");
+        int cpu = 1;
+#ifdef TURBO_AVX2_DISPATCH
+        __builtin_cpu_init();
+        cpu = __builtin_cpu_supports("avx2") && __builtin_cpu_supports("fma");
+#endif
+        use = cpu && !(off && atoi(off));
+    }
+    return use;
+}
+
 // Codes of values 8j..8j+7 as 8 int32 lanes: 2 low bits from 2 bytes of the low plane, the high bit
 // (turbo3) from one byte of the high plane. The 8 (or 4) centroids sit in one register, so a lane's
 // centroid is a single permute.
-static inline __m256i turbo_low_codes8(const uint8_t * ql, int j) {
+TURBO_AVX2_FN static inline __m256i turbo_low_codes8(const uint8_t * ql, int j) {
     const __m256i shifts = _mm256_setr_epi32(0, 2, 4, 6, 8, 10, 12, 14);
     const int lo = ql[2*j] | (ql[2*j + 1] << 8);
     return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(lo), shifts), _mm256_set1_epi32(3));
 }
 
-static inline __m256i turbo3_codes8(const uint8_t * qs, int j) {
+TURBO_AVX2_FN static inline __m256i turbo3_codes8(const uint8_t * qs, int j) {
     const __m256i bit = _mm256_setr_epi32(0, 1, 2, 3, 4, 5, 6, 7);
     const __m256i hi  = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(qs[QK_TURBO/4 + j]), bit), _mm256_set1_epi32(1));
     return _mm256_or_si256(turbo_low_codes8(qs, j), _mm256_slli_epi32(hi, 2));
 }
 
-static inline float turbo_hsum(__m256 v) {
+TURBO_AVX2_FN static inline float turbo_hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
     s = _mm_add_ss(s, _mm_movehdup_ps(s));
     return _mm_cvtss_f32(s);
 }
-#endif
 
-float turbo3_dot_rotated(const block_turbo3 * x, const float * q_rot, int64_t k) {
+// bits 3: the 8 centroids; bits 2: the 4 centroids twice (a 2-bit code never reaches lanes 4-7)
+TURBO_AVX2_FN static inline __m256 turbo_table8(int bits) {
+    return bits == 3 ? _mm256_loadu_ps(turbo3_centroids)
+                     : _mm256_setr_ps(turbo2_centroids[0], turbo2_centroids[1], turbo2_centroids[2], turbo2_centroids[3],
+                                      turbo2_centroids[0], turbo2_centroids[1], turbo2_centroids[2], turbo2_centroids[3]);
+}
+
+TURBO_AVX2_FN static inline __m256i turbo_codes8(int bits, const uint8_t * qs, int j) {
+    return bits == 3 ? turbo3_codes8(qs, j) : turbo_low_codes8(qs, j);
+}
+
+// blocks: nb blocks of bs bytes (norm first, then the codes)
+TURBO_AVX2_FN static float turbo_dot_rotated_avx2(int bits, const uint8_t * blocks, size_t bs, const float * q_rot, int64_t nb) {
+    const __m256 table = turbo_table8(bits);
     float sum = 0.0f;
-#ifdef TURBO_AVX2
-    const __m256 table = _mm256_loadu_ps(turbo3_centroids);
-    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t * b = blocks + ib*bs;
+        uint16_t norm;
+        memcpy(&norm, b, sizeof(norm));
         const float * q = q_rot + ib*QK_TURBO;
         __m256 acc = _mm256_setzero_ps();
         for (int j = 0; j < QK_TURBO/8; j++) {
-            const __m256 c = _mm256_permutevar8x32_ps(table, turbo3_codes8(x[ib].qs, j));
+            const __m256 c = _mm256_permutevar8x32_ps(table, turbo_codes8(bits, b + 2, j));
             acc = _mm256_fmadd_ps(c, _mm256_loadu_ps(q + 8*j), acc);
         }
-        sum += turbo_hsum(acc) * turbo_fp16_to_fp32(x[ib].norm);
+        sum += turbo_hsum(acc) * turbo_fp16_to_fp32(norm);
     }
-#else
+    return sum;
+}
+
+// the same operations as the plain C loop (a product, then a sum), so the same results
+TURBO_AVX2_FN static void turbo_mad_rotated_avx2(int bits, const uint8_t * blocks, size_t bs, float * acc_rot, float w, int64_t nb) {
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t * b = blocks + ib*bs;
+        uint16_t norm;
+        memcpy(&norm, b, sizeof(norm));
+        const __m256 table = _mm256_mul_ps(turbo_table8(bits), _mm256_set1_ps(w * turbo_fp16_to_fp32(norm)));
+        float * a = acc_rot + ib*QK_TURBO;
+        for (int j = 0; j < QK_TURBO/8; j++) {
+            const __m256 c = _mm256_permutevar8x32_ps(table, turbo_codes8(bits, b + 2, j));
+            _mm256_storeu_ps(a + 8*j, _mm256_add_ps(_mm256_loadu_ps(a + 8*j), c));
+        }
+    }
+}
+#endif
+
+float turbo3_dot_rotated(const block_turbo3 * x, const float * q_rot, int64_t k) {
+#ifdef TURBO_AVX2
+    if (turbo_use_avx2()) {
+        return turbo_dot_rotated_avx2(3, (const uint8_t *) x, sizeof(block_turbo3), q_rot, k / QK_TURBO);
+    }
+#endif
+    float sum = 0.0f;
     for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
         const uint8_t * ql = x[ib].qs;
         const uint8_t * qh = x[ib].qs + QK_TURBO/4;
@@ -371,25 +435,16 @@ float turbo3_dot_rotated(const block_turbo3 * x, const float * q_rot, int64_t k)
         }
         sum += acc * turbo_fp16_to_fp32(x[ib].norm);
     }
-#endif
     return sum;
 }
 
 float turbo2_dot_rotated(const block_turbo2 * x, const float * q_rot, int64_t k) {
-    float sum = 0.0f;
 #ifdef TURBO_AVX2
-    const __m256 table = _mm256_setr_ps(turbo2_centroids[0], turbo2_centroids[1], turbo2_centroids[2], turbo2_centroids[3],
-                                        turbo2_centroids[0], turbo2_centroids[1], turbo2_centroids[2], turbo2_centroids[3]);
-    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
-        const float * q = q_rot + ib*QK_TURBO;
-        __m256 acc = _mm256_setzero_ps();
-        for (int j = 0; j < QK_TURBO/8; j++) {
-            const __m256 c = _mm256_permutevar8x32_ps(table, turbo_low_codes8(x[ib].qs, j));
-            acc = _mm256_fmadd_ps(c, _mm256_loadu_ps(q + 8*j), acc);
-        }
-        sum += turbo_hsum(acc) * turbo_fp16_to_fp32(x[ib].norm);
+    if (turbo_use_avx2()) {
+        return turbo_dot_rotated_avx2(2, (const uint8_t *) x, sizeof(block_turbo2), q_rot, k / QK_TURBO);
     }
-#else
+#endif
+    float sum = 0.0f;
     for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
         const uint8_t * ql = x[ib].qs;
         const float   * q  = q_rot + ib*QK_TURBO;
@@ -402,45 +457,38 @@ float turbo2_dot_rotated(const block_turbo2 * x, const float * q_rot, int64_t k)
         }
         sum += acc * turbo_fp16_to_fp32(x[ib].norm);
     }
-#endif
     return sum;
 }
 
 void turbo3_mad_rotated(const block_turbo3 * x, float * acc_rot, float w, int64_t k) {
+#ifdef TURBO_AVX2
+    if (turbo_use_avx2()) {
+        turbo_mad_rotated_avx2(3, (const uint8_t *) x, sizeof(block_turbo3), acc_rot, w, k / QK_TURBO);
+        return;
+    }
+#endif
     for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
         const float s = w * turbo_fp16_to_fp32(x[ib].norm);
         float * a = acc_rot + ib*QK_TURBO;
-#ifdef TURBO_AVX2
-        const __m256 table = _mm256_mul_ps(_mm256_loadu_ps(turbo3_centroids), _mm256_set1_ps(s));
-        for (int j = 0; j < QK_TURBO/8; j++) {
-            const __m256 c = _mm256_permutevar8x32_ps(table, turbo3_codes8(x[ib].qs, j));
-            _mm256_storeu_ps(a + 8*j, _mm256_add_ps(_mm256_loadu_ps(a + 8*j), c));
-        }
-#else
         for (int i = 0; i < QK_TURBO; i++) {
             a[i] += s * turbo3_centroids[turbo3_code(x[ib].qs, i)];
         }
-#endif
     }
 }
 
 void turbo2_mad_rotated(const block_turbo2 * x, float * acc_rot, float w, int64_t k) {
+#ifdef TURBO_AVX2
+    if (turbo_use_avx2()) {
+        turbo_mad_rotated_avx2(2, (const uint8_t *) x, sizeof(block_turbo2), acc_rot, w, k / QK_TURBO);
+        return;
+    }
+#endif
     for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
         const float s = w * turbo_fp16_to_fp32(x[ib].norm);
         float * a = acc_rot + ib*QK_TURBO;
-#ifdef TURBO_AVX2
-        const __m256 c4 = _mm256_setr_ps(turbo2_centroids[0], turbo2_centroids[1], turbo2_centroids[2], turbo2_centroids[3],
-                                         turbo2_centroids[0], turbo2_centroids[1], turbo2_centroids[2], turbo2_centroids[3]);
-        const __m256 table = _mm256_mul_ps(c4, _mm256_set1_ps(s));
-        for (int j = 0; j < QK_TURBO/8; j++) {
-            const __m256 c = _mm256_permutevar8x32_ps(table, turbo_low_codes8(x[ib].qs, j));
-            _mm256_storeu_ps(a + 8*j, _mm256_add_ps(_mm256_loadu_ps(a + 8*j), c));
-        }
-#else
         for (int i = 0; i < QK_TURBO; i++) {
             a[i] += s * turbo2_centroids[turbo2_code(x[ib].qs, i)];
         }
-#endif
     }
 }
 

@@ -1,4 +1,5 @@
 """Hostile input to the quantizer: random bytes, NaN/Inf/huge floats, under sanitizers."""
+import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -47,3 +48,41 @@ def test_c_reference_under_address_sanitizer(tmp_path):
     out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stdout + out.stderr
     assert "sanitize_turbo: ok" in out.stdout
+
+
+def _cpu_has_avx2_fma() -> bool:
+    try:
+        flags = open("/proc/cpuinfo").read().split()
+    except OSError:
+        return False
+    return "avx2" in flags and "fma" in flags
+
+
+def test_simd_attention_helpers_match_plain_c(tmp_path):
+    """ggml-turbo.c is built into ggml-base without -march flags, so its AVX2+FMA attention helpers are
+    compiled with a target attribute and picked at run time. Built the same plain way here: the SIMD run must
+    use them on this CPU, give the plain C path's bits for the V accumulation and its K dots up to the
+    summation order."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    assert cc, "a C compiler is needed (the package build needs one too)"
+    exe = tmp_path / "simd_turbo"
+    subprocess.run([cc, "-O2", "-std=gnu11", f"-I{ROOT / 'cpu_ref'}", str(ROOT / "tests/c/simd_turbo.c"), "-lm",
+                    "-o", str(exe)], check=True)
+
+    def run(env_extra):
+        out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, **env_extra})
+        assert out.returncode == 0, out.stderr
+        return dict(line.rsplit(" ", 1) for line in out.stdout.splitlines())
+
+    plain, simd = run({"TURBO_NO_SIMD": "1"}), run({"TURBO_NO_SIMD": "0"})
+    assert plain["simd"] == "0"
+    if not _cpu_has_avx2_fma():
+        pytest.skip("this CPU has no AVX2+FMA: only the plain path exists here")
+    assert simd["simd"] == "1"
+    assert simd["mad3"] == plain["mad3"] and simd["mad2"] == plain["mad2"]
+    dots = [k for k in plain if k.startswith("dot")]
+    assert len(dots) == 2 * 64 + 2
+    for k in dots:
+        a, b = float(plain[k]), float(simd[k])
+        assert abs(a - b) <= 1e-4 * (1.0 + abs(a)), (k, a, b)

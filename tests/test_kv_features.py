@@ -169,7 +169,8 @@ def test_concurrent_answers_depart_no_earlier_than_f16(srv_exe, model_path, tmp_
 # K-shift (context shift, cache reuse) re-ropes cached K: for a quantized K, llama_kv_cache::build_rope_shift
 # dequantizes, ropes and requantizes. Upstream also undid/redid its Hadamard rotation there with a null
 # matrix when attn_rot_k = 0 (always for turbo K) and crashed; patch 0003 guards it.
-SHIFT_PAIRS = [("turbo3", "turbo3"), ("turbo2", "turbo2"), ("q8_0", "turbo3")]  # turbo V is never shifted: works
+# turbo V is never shifted: works with any K
+SHIFT_PAIRS = [("turbo3", "turbo3"), ("turbo2", "turbo2"), ("q8_0", "turbo3"), ("q8_0", "turbo2")]
 
 STORY = ("Chapter one. The old lighthouse keeper climbed the stairs every evening and lit the great lamp. "
          "From the gallery he could see the whole bay: the fishing boats coming home, the gulls over the "
@@ -217,13 +218,17 @@ HEADER = ("Minutes of the town council of Millbrook, taken by the clerk, with a 
 # but a shifted turbo K is dequantized, re-roped and quantized a second time. Before patches 0007/0008
 # (turbo K gain rescale and key offset; the shift adds the offset back around the RoPE) turbo3 lost the
 # fact (" the committee voted. The winner was the committee."); with them turbo3 answers " the low brick
-# building." (a design from the text). turbo2 K still loses it.
+# building." (a design from the text). turbo2 K still loses it. Measured 2026-11-30: so does turbo2 without
+# any shift when the server processes the body again behind a cached BOS (cache reuse off: " the low-cost,
+# low-cost design."), while the body sent with cache_prompt=false keeps it: on this model the 2-bit cache
+# holds this fact at the edge of its own noise, and one question cannot separate the shift from that.
 REQUANT_SHIFT = pytest.mark.xfail(strict=True, reason=(
     "issue #7/#8: a K-shifted turbo2 K is quantized twice at 2 bits; on Gemma 3 270M the reused answer "
-    "loses the design the committee chose"))
+    "loses the design the committee chose (turbo2 also loses it unshifted when the body is reprocessed "
+    "behind a cached BOS, so this question is at the edge of turbo2's own noise)"))
 REUSE_PAIRS = [("turbo3", "turbo3"),
                pytest.param("turbo2", "turbo2", marks=REQUANT_SHIFT),
-               ("q8_0", "turbo3")]
+               ("q8_0", "turbo3"), ("q8_0", "turbo2")]
 
 
 @pytest.mark.parametrize("ctk, ctv", REUSE_PAIRS)

@@ -1,0 +1,55 @@
+// The attention helpers' AVX2+FMA path against the plain C path (tests/test_format.py runs this program
+// twice, with and without TURBO_NO_SIMD=1, and compares): the V accumulation (mad) must give the same bits,
+// the K dot the same value up to the summation order.
+#include "ggml-turbo.c"
+
+#include <stdio.h>
+
+enum { NB = 64, K = NB*QK_TURBO };
+
+static uint32_t rng = 12345u;
+static float rnd(void) {   // about N(0, 1): a sum of 4 uniforms
+    float s = 0.0f;
+    for (int i = 0; i < 4; i++) {
+        rng = rng*1664525u + 1013904223u;
+        s += (float) (rng >> 8) / 16777216.0f - 0.5f;
+    }
+    return s*1.7320508f;
+}
+
+static uint64_t fnv(const void * p, size_t n) {
+    uint64_t h = 1469598103934665603ull;
+    for (size_t i = 0; i < n; i++) {
+        h = (h ^ ((const uint8_t *) p)[i])*1099511628211ull;
+    }
+    return h;
+}
+
+int main(void) {
+    static float x[K], q[K], acc3[K], acc2[K];
+    static block_turbo3 b3[NB];
+    static block_turbo2 b2[NB];
+    for (int i = 0; i < K; i++) {
+        x[i] = rnd()*(1.0f + (float) (i % 7));
+        q[i] = rnd();
+    }
+    quantize_row_turbo3_ref(x, b3, K);
+    quantize_row_turbo2_ref(x, b2, K);
+#ifdef TURBO_AVX2
+    printf("simd %d\n", turbo_use_avx2());
+#else
+    printf("simd 0\n");
+#endif
+    for (int r = 0; r < NB; r++) {
+        printf("dot3 %d %.9e\n", r, turbo3_dot_rotated(b3 + r, q + r*QK_TURBO, QK_TURBO));
+        printf("dot2 %d %.9e\n", r, turbo2_dot_rotated(b2 + r, q + r*QK_TURBO, QK_TURBO));
+    }
+    printf("dot3 all %.9e\ndot2 all %.9e\n", turbo3_dot_rotated(b3, q, K), turbo2_dot_rotated(b2, q, K));
+    for (int t = 0; t < 8; t++) {
+        const float w = 0.125f + 0.37f*(float) t;
+        turbo3_mad_rotated(b3, acc3, w, K);
+        turbo2_mad_rotated(b2, acc2, w, K);
+    }
+    printf("mad3 %016llx\nmad2 %016llx\n", (unsigned long long) fnv(acc3, sizeof(acc3)), (unsigned long long) fnv(acc2, sizeof(acc2)));
+    return 0;
+}
