@@ -414,82 +414,63 @@ TURBO_AVX2_FN static void turbo_mad_rotated_avx2(int bits, const uint8_t * block
 }
 #endif
 
-float turbo3_dot_rotated(const block_turbo3 * x, const float * q_rot, int64_t k) {
+// The plain C loops: value i of a block in order (the AVX2 path sums the dot in 8 lanes instead)
+static float turbo_dot_rotated(int bits, const uint8_t * blocks, size_t bs, const float * q_rot, int64_t nb) {
 #ifdef TURBO_AVX2
     if (turbo_use_avx2()) {
-        return turbo_dot_rotated_avx2(3, (const uint8_t *) x, sizeof(block_turbo3), q_rot, k / QK_TURBO);
+        return turbo_dot_rotated_avx2(bits, blocks, bs, q_rot, nb);
     }
 #endif
+    const float * cent = bits == 3 ? turbo3_centroids : turbo2_centroids;
     float sum = 0.0f;
-    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
-        const uint8_t * ql = x[ib].qs;
-        const uint8_t * qh = x[ib].qs + QK_TURBO/4;
-        const float   * q  = q_rot + ib*QK_TURBO;
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t * b = blocks + ib*bs;
+        uint16_t norm;
+        memcpy(&norm, b, sizeof(norm));
+        const float * q = q_rot + ib*QK_TURBO;
         float acc = 0.0f;
-        for (int j = 0; j < QK_TURBO/8; j++) {
-            const unsigned lo = (unsigned) ql[2*j] | ((unsigned) ql[2*j + 1] << 8);
-            const unsigned hi = qh[j];
-            for (int l = 0; l < 8; l++) {
-                acc += q[8*j + l] * turbo3_centroids[((lo >> (2*l)) & 3) | (((hi >> l) & 1) << 2)];
-            }
+        for (int i = 0; i < QK_TURBO; i++) {
+            acc += q[i] * cent[bits == 3 ? turbo3_code(b + 2, i) : turbo2_code(b + 2, i)];
         }
-        sum += acc * turbo_fp16_to_fp32(x[ib].norm);
+        sum += acc * turbo_fp16_to_fp32(norm);
     }
     return sum;
+}
+
+static void turbo_mad_rotated(int bits, const uint8_t * blocks, size_t bs, float * acc_rot, float w, int64_t nb) {
+#ifdef TURBO_AVX2
+    if (turbo_use_avx2()) {
+        turbo_mad_rotated_avx2(bits, blocks, bs, acc_rot, w, nb);
+        return;
+    }
+#endif
+    const float * cent = bits == 3 ? turbo3_centroids : turbo2_centroids;
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t * b = blocks + ib*bs;
+        uint16_t norm;
+        memcpy(&norm, b, sizeof(norm));
+        const float s = w * turbo_fp16_to_fp32(norm);
+        float * a = acc_rot + ib*QK_TURBO;
+        for (int i = 0; i < QK_TURBO; i++) {
+            a[i] += s * cent[bits == 3 ? turbo3_code(b + 2, i) : turbo2_code(b + 2, i)];
+        }
+    }
+}
+
+float turbo3_dot_rotated(const block_turbo3 * x, const float * q_rot, int64_t k) {
+    return turbo_dot_rotated(3, (const uint8_t *) x, sizeof(block_turbo3), q_rot, k / QK_TURBO);
 }
 
 float turbo2_dot_rotated(const block_turbo2 * x, const float * q_rot, int64_t k) {
-#ifdef TURBO_AVX2
-    if (turbo_use_avx2()) {
-        return turbo_dot_rotated_avx2(2, (const uint8_t *) x, sizeof(block_turbo2), q_rot, k / QK_TURBO);
-    }
-#endif
-    float sum = 0.0f;
-    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
-        const uint8_t * ql = x[ib].qs;
-        const float   * q  = q_rot + ib*QK_TURBO;
-        float acc = 0.0f;
-        for (int j = 0; j < QK_TURBO/4; j++) {
-            const unsigned lo = ql[j];
-            for (int l = 0; l < 4; l++) {
-                acc += q[4*j + l] * turbo2_centroids[(lo >> (2*l)) & 3];
-            }
-        }
-        sum += acc * turbo_fp16_to_fp32(x[ib].norm);
-    }
-    return sum;
+    return turbo_dot_rotated(2, (const uint8_t *) x, sizeof(block_turbo2), q_rot, k / QK_TURBO);
 }
 
 void turbo3_mad_rotated(const block_turbo3 * x, float * acc_rot, float w, int64_t k) {
-#ifdef TURBO_AVX2
-    if (turbo_use_avx2()) {
-        turbo_mad_rotated_avx2(3, (const uint8_t *) x, sizeof(block_turbo3), acc_rot, w, k / QK_TURBO);
-        return;
-    }
-#endif
-    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
-        const float s = w * turbo_fp16_to_fp32(x[ib].norm);
-        float * a = acc_rot + ib*QK_TURBO;
-        for (int i = 0; i < QK_TURBO; i++) {
-            a[i] += s * turbo3_centroids[turbo3_code(x[ib].qs, i)];
-        }
-    }
+    turbo_mad_rotated(3, (const uint8_t *) x, sizeof(block_turbo3), acc_rot, w, k / QK_TURBO);
 }
 
 void turbo2_mad_rotated(const block_turbo2 * x, float * acc_rot, float w, int64_t k) {
-#ifdef TURBO_AVX2
-    if (turbo_use_avx2()) {
-        turbo_mad_rotated_avx2(2, (const uint8_t *) x, sizeof(block_turbo2), acc_rot, w, k / QK_TURBO);
-        return;
-    }
-#endif
-    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
-        const float s = w * turbo_fp16_to_fp32(x[ib].norm);
-        float * a = acc_rot + ib*QK_TURBO;
-        for (int i = 0; i < QK_TURBO; i++) {
-            a[i] += s * turbo2_centroids[turbo2_code(x[ib].qs, i)];
-        }
-    }
+    turbo_mad_rotated(2, (const uint8_t *) x, sizeof(block_turbo2), acc_rot, w, k / QK_TURBO);
 }
 
 // ---- ggml vec_dot -------------------------------------------------------------------------
