@@ -329,6 +329,13 @@ bool turbo2_validate_row(const void * data, size_t nbytes) {
 
 // ---- fused attention helpers --------------------------------------------------------------
 
+// the fp16 norm at the start of a block, as float
+static inline float turbo_block_norm(const uint8_t * b) {
+    uint16_t h;
+    memcpy(&h, b, sizeof(h));
+    return turbo_fp16_to_fp32(h);
+}
+
 #ifdef TURBO_AVX2
 // 1 where the AVX2+FMA path runs: always when the file is built for it, else if the CPU has both
 // (TURBO_NO_SIMD=1 keeps the plain C path, for comparisons)
@@ -385,15 +392,13 @@ TURBO_AVX2_FN static float turbo_dot_rotated_avx2(int bits, const uint8_t * bloc
     float sum = 0.0f;
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t * b = blocks + ib*bs;
-        uint16_t norm;
-        memcpy(&norm, b, sizeof(norm));
         const float * q = q_rot + ib*QK_TURBO;
         __m256 acc = _mm256_setzero_ps();
         for (int j = 0; j < QK_TURBO/8; j++) {
             const __m256 c = _mm256_permutevar8x32_ps(table, turbo_codes8(bits, b + 2, j));
             acc = _mm256_fmadd_ps(c, _mm256_loadu_ps(q + 8*j), acc);
         }
-        sum += turbo_hsum(acc) * turbo_fp16_to_fp32(norm);
+        sum += turbo_hsum(acc) * turbo_block_norm(b);
     }
     return sum;
 }
@@ -402,9 +407,7 @@ TURBO_AVX2_FN static float turbo_dot_rotated_avx2(int bits, const uint8_t * bloc
 TURBO_AVX2_FN static void turbo_mad_rotated_avx2(int bits, const uint8_t * blocks, size_t bs, float * acc_rot, float w, int64_t nb) {
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t * b = blocks + ib*bs;
-        uint16_t norm;
-        memcpy(&norm, b, sizeof(norm));
-        const __m256 table = _mm256_mul_ps(turbo_table8(bits), _mm256_set1_ps(w * turbo_fp16_to_fp32(norm)));
+        const __m256 table = _mm256_mul_ps(turbo_table8(bits), _mm256_set1_ps(w * turbo_block_norm(b)));
         float * a = acc_rot + ib*QK_TURBO;
         for (int j = 0; j < QK_TURBO/8; j++) {
             const __m256 c = _mm256_permutevar8x32_ps(table, turbo_codes8(bits, b + 2, j));
@@ -425,14 +428,12 @@ static float turbo_dot_rotated(int bits, const uint8_t * blocks, size_t bs, cons
     float sum = 0.0f;
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t * b = blocks + ib*bs;
-        uint16_t norm;
-        memcpy(&norm, b, sizeof(norm));
         const float * q = q_rot + ib*QK_TURBO;
         float acc = 0.0f;
         for (int i = 0; i < QK_TURBO; i++) {
             acc += q[i] * cent[bits == 3 ? turbo3_code(b + 2, i) : turbo2_code(b + 2, i)];
         }
-        sum += acc * turbo_fp16_to_fp32(norm);
+        sum += acc * turbo_block_norm(b);
     }
     return sum;
 }
@@ -447,9 +448,7 @@ static void turbo_mad_rotated(int bits, const uint8_t * blocks, size_t bs, float
     const float * cent = bits == 3 ? turbo3_centroids : turbo2_centroids;
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t * b = blocks + ib*bs;
-        uint16_t norm;
-        memcpy(&norm, b, sizeof(norm));
-        const float s = w * turbo_fp16_to_fp32(norm);
+        const float s = w * turbo_block_norm(b);
         float * a = acc_rot + ib*QK_TURBO;
         for (int i = 0; i < QK_TURBO; i++) {
             a[i] += s * cent[bits == 3 ? turbo3_code(b + 2, i) : turbo2_code(b + 2, i)];
