@@ -119,14 +119,22 @@ def test_parallel_slots_are_isolated(srv_exe, model_path, tmp_path, unified):
         # cleared when the others started, so it comes back from there (llama_state_seq_set_data)
         cached_after = complete(srv, CONVERSATION, N, cache_prompt=True)
         fresh_after = complete(srv, CONVERSATION, N, id_slot=0, cache_prompt=False)["tokens"]
+    print(f"unified={unified}: prompt_n cached {cached['timings']['prompt_n']}, after {cached_after['timings']['prompt_n']}; "
+          f"first departure {first_divergence(cached_after['tokens'], cached['tokens'])}: {cached_after['content']!r} vs {cached['content']!r}")
     assert fresh_after == fresh
     assert cached_after["timings"]["prompt_n"] <= 2  # the cached cells were used ...
     if not unified:
         assert cached_after["tokens"] == cached["tokens"]  # ... and the other slots did not touch them
     else:
-        # restored into other cells of the shared buffer: attention sums them in another order, so
-        # the greedy text may depart late (measured: at token 8 of 16), not early
-        assert first_divergence(cached_after["tokens"], cached["tokens"]) >= 4, (cached_after, cached)
+        # restored into other cells of the shared buffer: attention sums them in another order, so the
+        # greedy text may depart anywhere; where is luck, not isolation (measured on one build: at token 16
+        # of 16 with the plain C K dot, at token 2 with the AVX2 one; at token 8 on an earlier build). What
+        # isolation means here: nothing of the other slots' conversations enters slot 0's answer.
+        leaked = [w for w in ("tomato", "soup", "recipe", "harbour", "1850", "fibonacci", "def ")
+                  if w in cached_after["content"].lower() and w not in cached["content"].lower()]
+        assert not leaked, (leaked, cached_after["content"])
+        q = readability(cached_after["content"])
+        assert q["alpha_frac"] >= 0.8 and q["longest_junk"] <= 8, (q, cached_after["content"])
 
 
 PAIRS = [("The capital of Italy is Rome, and the capital of Spain is", "My favourite colour is blue because"),
