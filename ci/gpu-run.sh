@@ -48,6 +48,9 @@ if [[ " $PHASES " == *" bg "* ]]; then
     log "background build (${TL_BG_BUILD:-tlfull}) started (pid $!)"
 fi
 
+# a spec "[ENV=VALUE:]REST" (test, ktime and gbench phases): sets envset (empty when none) and rest
+split_env_spec() { envset=""; rest=$1; case "$1" in *:*) envset=${1%%:*}; rest=${1#*:} ;; esac; }
+
 # the turbo-llama command on this machine: click and tqdm travel as wheels in .devcarry/whl
 tl_python() {
     if [ ! -d /tmp/site/click ]; then
@@ -127,8 +130,7 @@ if [[ " $PHASES " == *" test "* ]]; then
     # spec: [ENV=VALUE:]OP|FILTER; the default kernel first, then the other variants on the pairs they serve
     for spec in "SET_ROWS|turbo" "SUB_SET_ROWS|turbo" "CPY|type_dst=turbo|type_src=turbo[23],type_dst=f32" "GET_ROWS|turbo" \
                 "FLASH_ATTN_EXT|turbo" ${TL_FA_VARIANTS:-"TURBO_FA_MMA=5:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]"}; do
-        op=${spec%%|*}; filt=${spec#*|}; envset=""
-        case "$op" in *:*) envset=${op%%:*}; op=${op#*:} ;; esac
+        split_env_spec "$spec"; op=${rest%%|*}; filt=${rest#*|}
         echo "=== ${envset:+$envset }test-backend-ops -b CUDA0 -o $op -p '$filt'" >> "$OUT/tbo.log"
         env ${envset:-TL_NONE=1} "$B/test-backend-ops" -b CUDA0 -o $op -p "$filt" > "$WORK/tbo_one.log" 2>&1
         rc=$?; cat "$WORK/tbo_one.log" >> "$OUT/tbo.log"
@@ -181,7 +183,7 @@ if [[ " $PHASES " == *" ktime "* ]]; then
     M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))" 2>> "$OUT/ktime.err")
     NTOK=${TL_KTIME_N:-8}
     for spec in ${TL_KTIME:-f16 turbo3 q8_0}; do
-        t=${spec##*:}; envset=""; case "$spec" in *:*) envset=${spec%:*} ;; esac
+        split_env_spec "$spec"; t=$rest
         f="$OUT/ktime-${envset:+${envset//[=:]/-}-}$t.csv"
         env ${envset:-TL_NONE=1} GGML_CUDA_DISABLE_GRAPHS=1 timeout ${TL_KTIME_TIMEOUT:-150} ncu --clock-control none --cache-control none \
             --metrics gpu__time_duration.sum --csv --print-units base \
@@ -194,7 +196,7 @@ fi
 if [[ " $PHASES " == *" gbench "* ]]; then
     # Gemma 3 270M decode, f16 against turbo3 with and without patch 0007's gains (0012 computes them once)
     for spec in f16 turbo3 TURBO_K_RESCALE=0:turbo3 q8_0; do
-        t=${spec##*:}; envset=""; case "$spec" in *:*) envset=${spec%:*} ;; esac
+        split_env_spec "$spec"; t=$rest
         env ${envset:-TL_NONE=1} "$B/llama-bench" -m "$GEMMA" -p 0 -n 128 -r 3 -fa 1 -ngl 99 -ctk $t -ctv $t -o md > "$OUT/gbench-$t${envset:+-x}.md" 2>&1
         log "gemma llama-bench -p 0 -n 128 -r 3 -fa 1 -ngl 99 -ctk $t -ctv $t ${envset:+($envset)}: $(grep -E '\| +tg128' "$OUT/gbench-$t${envset:+-x}.md" | tr -s ' ' | head -c 200)"
     done
