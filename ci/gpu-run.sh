@@ -1,12 +1,12 @@
 #!/usr/bin/env bash
 # turbo-llama: the whole GPU run in one go (H200 via the device tool, or any CUDA machine).
-#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [ncu] [ktime] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
+#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [ncu] [ktime] [fatime] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
 #   default: build test bench. The device tool keeps a machine (and /tmp) 30 s after a call, so a session:
 #     call 1: `bg` (starts the build in the background from a copy of the repo) + `model` (stores the first part)
 #     calls 2..4: `model` (one more part of the Gemma GGUF each: .devcarry/m*/p*)
 #     call 5: `wait model test ppl cli`, call 6: `kv bench` ...
 #   bench runs (TL_BENCH, default main): main, deep (128K), v3, mma4..mma8 (TURBO_FA_MMA), hf (TURBO_FA_HEADS_FIRST=1),
-#   pre1 (TURBO_FA_PREFILL=1), nooff (TURBO_K_OFFSET=0)
+#   pre0 (TURBO_FA_PREFILL=0: the generic prefill conversion), nooff (TURBO_K_OFFSET=0)
 # Needs .devcarry/tree.tar.gz: the stripped upstream tree (b11312) with our overlay + patches applied
 # (made by ci/make-devcarry.sh from the patched dev tree: git archive minus docs/ models/ media/, unused backends).
 # The current cuda/ sources are copied over the tree's copies, so kernel fixes need no new tarball.
@@ -129,7 +129,7 @@ if [[ " $PHASES " == *" test "* ]]; then
     # CPY turbo -> f16 is left out: the CPU reference (ggml-cpu dup) aborts on quantized -> f16 (lead's side)
     # spec: [ENV=VALUE:]OP|FILTER; the default kernel first, then the other variants on the pairs they serve
     for spec in "SET_ROWS|turbo" "SUB_SET_ROWS|turbo" "CPY|type_dst=turbo|type_src=turbo[23],type_dst=f32" "GET_ROWS|turbo" \
-                "FLASH_ATTN_EXT|turbo" ${TL_FA_VARIANTS:-"TURBO_FA_MMA=5:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]"}; do
+                "FLASH_ATTN_EXT|turbo" ${TL_FA_VARIANTS:-"TURBO_FA_MMA=5:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_PREFILL=0:FLASH_ATTN_EXT|turbo"}; do
         split_env_spec "$spec"; op=${rest%%|*}; filt=${rest#*|}
         echo "=== ${envset:+$envset }test-backend-ops -b CUDA0 -o $op -p '$filt'" >> "$OUT/tbo.log"
         env ${envset:-TL_NONE=1} "$B/test-backend-ops" -b CUDA0 -o $op -p "$filt" > "$WORK/tbo_one.log" 2>&1
@@ -193,6 +193,32 @@ if [[ " $PHASES " == *" ktime "* ]]; then
     done
 fi
 
+if [[ " $PHASES " == *" fatime "* ]]; then
+    # kernel times of test-backend-ops perf cases (patches 0010, 0014): TL_FATIME specs [ENV=VALUE:]TYPE/KV/NB, e.g.
+    # turbo3/32768/512 (one prefill ubatch: the conversion of a quantized cache and the attention, separate kernels)
+    for spec in ${TL_FATIME:-f16/32768/512 q8_0/32768/512 turbo3/32768/512 turbo2/32768/512}; do
+        split_env_spec "$spec"; IFS=/ read -r ty kv nb <<< "$rest"
+        f="$OUT/fatime-${envset:+${envset//[=:]/-}-}$ty-$kv-$nb.csv"
+        env ${envset:-TL_NONE=1} timeout ${TL_FATIME_TIMEOUT:-120} ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base -c ${TL_FATIME_N:-40} \
+            "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=$kv,nb=$nb,.*type_K=$ty,type_V=$ty" > "$f" 2>&1
+        log "fatime ${envset:+$envset }$ty kv=$kv nb=$nb: rc=$? (per kernel: launches in the first ${TL_FATIME_N:-40} and mean us)"
+        python3 "$REPO/ci/ktime.py" "$f" 1 2>&1 | head -8 | tee -a "$OUT/summary.txt"
+    done
+fi
+
+if [[ " $PHASES " == *" ncu0 "* ]]; then
+    # hardware counters of the turbo attention kernel at short context: one launch of a llama-bench decode on the
+    # random llama8b-shaped GGUF, after TL_NCU0_SKIP launches of it (the probe and the first tokens)
+    tl_python; export TURBO_LLAMA_CACHE=$WORK/cache
+    M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))" 2>> "$OUT/ncu0.err")
+    for t in ${TL_NCU0:-turbo3}; do
+        f="$OUT/ncu0-$t.txt"
+        GGML_CUDA_DISABLE_GRAPHS=1 timeout ${TL_NCU_TIMEOUT:-150} ncu --clock-control none --set full -k "regex:${TL_NCU0_KERNEL:-k_turbo_fattn_mma}" \
+            --launch-skip ${TL_NCU0_SKIP:-300} -c 1 "$B/llama-bench" -m "$M8" -p 0 -n 16 -r 1 -fa 1 -ngl 99 -ctk $t -ctv $t --no-warmup > "$f" 2>&1
+        log "ncu0 $t: rc=$? | $(grep -E '^ +(Duration|Grid Size|Registers Per Thread|Achieved Occupancy|Issue Slots Busy|Executed Ipc Active) ' "$f" | tr -s ' ' | tr '\n' ';' | head -c 400)"
+    done
+fi
+
 if [[ " $PHASES " == *" gbench "* ]]; then
     # Gemma 3 270M decode, f16 against turbo3 with and without patch 0007's gains (0012 computes them once)
     for spec in f16 turbo3 TURBO_K_RESCALE=0:turbo3 q8_0; do
@@ -244,7 +270,7 @@ if [[ " $PHASES " == *" bench "* ]]; then
             v3)   args="--types turbo3,turbo2 --depths ${TL_DEPTHS:-0,8192,32768} -p 0 -n 128 -r ${TL_REPS:-2}"; export TURBO_FA_V3=1 ;;
             mma*) args="--types turbo3,turbo2 --depths ${TL_VAR_DEPTHS:-0,32768} -p 0 -n 128 -r ${TL_REPS:-2}"; export TURBO_FA_MMA=${run#mma} ;;
             hf)   args="--types turbo3,turbo2 --depths ${TL_VAR_DEPTHS:-0,32768} -p 0 -n 128 -r ${TL_REPS:-2}"; export TURBO_FA_HEADS_FIRST=1 ;;
-            pre1) args="--types turbo3,turbo2 --depths ${TL_VAR_DEPTHS:-0,32768} -p 512 -n 0 -r ${TL_REPS:-2}"; export TURBO_FA_PREFILL=1 ;;
+            pre0) args="--types turbo3,turbo2 --depths ${TL_VAR_DEPTHS:-0,32768} -p 512 -n 0 -r ${TL_REPS:-2}"; export TURBO_FA_PREFILL=0 ;;
             nooff) args="--types turbo3 --depths 0 -p 0 -n 128 -r ${TL_REPS:-2}"; export TURBO_K_OFFSET=0 ;;
         esac
         if [ "$(el)" -gt "$DEADLINE" ]; then log "deadline: skipping bench $run"; continue; fi

@@ -342,26 +342,35 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 
     // q rows, scaled (softmax scale and log2 e), signs applied, then the FWHT of each 128-block: one warp per
     // 128-block of a row, in registers (the same butterflies and float operations as the C code)
+    // v9b: all of a warp's q loads are issued before the first FWHT (one global latency, not NR*NB/NW)
     const float qscale = p.scale*LOG2E;
-    for (int task = warp; task < NR*NB; task += NW) {
+    constexpr int QT = NR*NB/NW;   // q blocks per warp
+    float qv[QT][4];
+#pragma unroll
+    for (int i = 0; i < QT; ++i) {
+        const int task = warp + i*NW;
         const int r = task / NB, blk = task % NB;
         const int rho = rg*NR + r;
-        float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-        if (rho < R) {   // warp-uniform
-            const int j = rho / p.gqa, h = hk*p.gqa + rho % p.gqa;
-            const float * qrow = (const float *) (p.Q + iq3*p.nb03 + h*p.nb02 + j*p.nb01) + blk*QK_TURBO;
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                v[k] = qrow[lane + 32*k]*qscale;
-                if (turbo_sign_neg(lane + 32*k)) {
-                    v[k] = -v[k];
-                }
-            }
-            turbo_warp_fwht(v, lane);
-        }
+        const bool ok = rho < R;   // warp-uniform
+        const int j = ok ? rho / p.gqa : 0, h = hk*p.gqa + (ok ? rho % p.gqa : 0);
+        const float * qrow = (const float *) (p.Q + iq3*p.nb03 + h*p.nb02 + j*p.nb01) + blk*QK_TURBO;
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            q_sh[r*QS + blk*QK_TURBO + lane + 32*k] = v[k];
+            qv[i][k] = ok ? qrow[lane + 32*k] : 0.0f;
+        }
+    }
+#pragma unroll
+    for (int i = 0; i < QT; ++i) {
+        const int task = warp + i*NW;
+        const int r = task / NB, blk = task % NB;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            qv[i][k] *= turbo_sign_neg(lane + 32*k) ? -qscale : qscale;
+        }
+        turbo_warp_fwht(qv[i], lane);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            q_sh[r*QS + blk*QK_TURBO + lane + 32*k] = qv[i][k];
         }
     }
     __syncthreads();
@@ -426,6 +435,16 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             }
         } else if (tt + NW < t_end) {
             nxt.load(Kb, p.nb11, Vb, p.nb21, k0 + NW*TURBO_MMA_KEYS, p.n_kv, g, t);
+        }
+
+        // v9b: this step's mask values are read before the K decode, so that their latency overlaps it
+        float mv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if (maskb) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                const int key = k0 + g + 8*(e >> 1);
+                mv[e] = key < p.n_kv ? __half2float(mrow[e & 1][key]) : 0.0f;
+            }
         }
 
         // ---- S^T = K . Q^T, one 128-block at a time (each has its own norm)
@@ -494,7 +513,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             if (key >= p.n_kv) {
                 v = -INFINITY;
             } else if (maskb) {
-                v += slope[e & 1]*__half2float(mrow[e & 1][key]);
+                v += slope[e & 1]*mv[e];
             }
             s[e] = v;
         }

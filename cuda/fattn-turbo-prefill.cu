@@ -6,19 +6,28 @@
 // rotation, q.k = (R q).(R k) and sum p v = R^-1 sum p (R v). So here K and V are decoded to f16 in the
 // rotated domain (norm x centroid, no transform), q is rotated once (a few rows), upstream's kernel runs on
 // f16 K/V, and the output rows are rotated back once.
-// Opt-in (TURBO_FA_PREFILL=1): on the H200 it passed every FLASH_ATTN_EXT case but was not faster than the
-// generic conversion (pp512 @32K 0.855x f16 against 0.902x, results/gpu.md run 5), so the default stays generic.
+// On by default since run 9 (TURBO_FA_PREFILL=0: the generic conversion): with one warp per block in the
+// decode below, a 512-query ubatch over 32K turbo3 keys costs 122 us per layer on top of the attention instead
+// of 180 (pp512 @32K 0.960x f16 against 0.910x on the H200, results/gpu.md run 9). Run 5's first version (a
+// block per row) was slower than the generic path (0.855x against 0.902x).
 #include "turbo-common.cuh"
 #include "turbo.cuh"
 #include "fattn.cuh"
 
-// q rows (strided f32) -> contiguous rows of R q: signs, FWHT, 1/sqrt(128); one warp per 128-block
+// blocks of 8 warps (threadIdx.y), one warp per 128-block of the rows: nblk = rows x ne0/128
+#define TURBO_ROT_WARPS 8
+
+// q rows (strided f32) -> contiguous rows of R q: signs, FWHT, 1/sqrt(128)
 static __global__ void k_turbo_rotate_rows(const char * __restrict__ src, float * __restrict__ dst, const int64_t ne0,
-        const int64_t ne1, const int64_t ne2, const size_t nb1, const size_t nb2, const size_t nb3) {
+        const int64_t ne1, const int64_t ne2, const size_t nb1, const size_t nb2, const size_t nb3, const int64_t nblk) {
     const int lane = threadIdx.x;
-    const int64_t row = blockIdx.x;
+    const int64_t wid = (int64_t) blockIdx.x*TURBO_ROT_WARPS + threadIdx.y;
+    if (wid >= nblk) {
+        return;
+    }
+    const int64_t row = wid / (ne0/QK_TURBO);
+    const int b = (int) (wid % (ne0/QK_TURBO));
     const int64_t i1 = row % ne1, i2 = (row / ne1) % ne2, i3 = row / (ne1*ne2);
-    const int b = blockIdx.y;
     const float * s = (const float *) (src + i1*nb1 + i2*nb2 + i3*nb3) + b*QK_TURBO;
     float v[4];
 #pragma unroll
@@ -35,9 +44,13 @@ static __global__ void k_turbo_rotate_rows(const char * __restrict__ src, float 
 }
 
 // contiguous f32 rows in place: R^-1 = FWHT, 1/sqrt(128), signs
-static __global__ void k_turbo_unrotate_rows(float * __restrict__ x, const int64_t ne0) {
+static __global__ void k_turbo_unrotate_rows(float * __restrict__ x, const int64_t nblk) {
     const int lane = threadIdx.x;
-    float * r = x + (int64_t) blockIdx.x*ne0 + blockIdx.y*QK_TURBO;
+    const int64_t wid = (int64_t) blockIdx.x*TURBO_ROT_WARPS + threadIdx.y;
+    if (wid >= nblk) {
+        return;
+    }
+    float * r = x + wid*QK_TURBO;   // contiguous rows: the 128-blocks follow each other
     float v[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -52,26 +65,40 @@ static __global__ void k_turbo_unrotate_rows(float * __restrict__ x, const int64
     }
 }
 
-// turbo rows (strided) -> contiguous f16 rows in the rotated domain: norm x centroid; 128 threads per row
+// turbo blocks (strided rows) -> contiguous f16 rows in the rotated domain: norm x centroid, no transform.
+// One warp per 128-block, each lane 4 consecutive values: one byte of the low plane, a nibble of the high one,
+// the centroids by shuffle from lanes 0..7, one 8-byte store (the warp writes the block's 256 bytes at once).
+// (The first version, a 128-thread block per row and one value per thread, was slower than the generic
+// conversion with its FWHT: results/gpu.md, run 5.)
 template <int bits>
-static __global__ void k_turbo_decode_rotated_f16(const char * __restrict__ src, half * __restrict__ dst, const int64_t ne0,
-        const int64_t ne1, const int64_t ne2, const size_t nb1, const size_t nb2, const size_t nb3) {
+static __global__ void k_turbo_decode_rotated_f16(const char * __restrict__ src, half * __restrict__ dst, const int nblk,
+        const int nbr, const int ne1, const int ne2, const size_t nb1, const size_t nb2, const size_t nb3) {
     constexpr int BS = bits == 3 ? 50 : 34;
-    const int64_t row = blockIdx.x;
-    const int64_t i1 = row % ne1, i2 = (row / ne1) % ne2, i3 = row / (ne1*ne2);
-    const uint8_t * r = (const uint8_t *) (src + i1*nb1 + i2*nb2 + i3*nb3);
-    half * d = dst + row*ne0;
-    const int i = threadIdx.x;
-    for (int b = 0; b < ne0/QK_TURBO; ++b) {
-        const uint8_t * blk = r + b*BS;
-        const float norm = __half2float(*(const half *) blk);
-        const uint8_t * qs = blk + 2;
-        int c = (qs[i >> 2] >> (2*(i & 3))) & 3;
-        if (bits == 3) {
-            c |= ((qs[32 + (i >> 3)] >> (i & 7)) & 1) << 2;
-        }
-        d[b*QK_TURBO + i] = __float2half(norm*turbo_centroid(bits, c));
+    const int wid  = (int) (blockIdx.x*(blockDim.x/WARP_SIZE) + threadIdx.x/WARP_SIZE);
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (wid >= nblk) {
+        return;
     }
+    int r = wid / nbr;
+    const int ib = wid - r*nbr;
+    const int i1 = r % ne1; r /= ne1;
+    const int i2 = r % ne2;
+    const int i3 = r / ne2;
+    const uint8_t * blk = (const uint8_t *) (src + i1*nb1 + i2*nb2 + i3*nb3) + ib*BS;
+    const float norm = __half2float(*(const half *) blk);
+    const float book = turbo_centroid(bits, lane & ((1 << bits) - 1));
+    const int lo = blk[2 + lane];                                          // codes 4 lane .. 4 lane + 3, 2 bits each
+    const int hi = bits == 3 ? (blk[2 + 32 + (lane >> 1)] >> (4*(lane & 1))) & 15 : 0;   // their high bits
+    half h[4];
+#pragma unroll
+    for (int j = 0; j < 4; ++j) {
+        const int c = ((lo >> (2*j)) & 3) | (((hi >> j) & 1) << 2);
+        h[j] = __float2half(norm*__shfl_sync(0xffffffff, book, c));
+    }
+    uint2 out;
+    out.x = (uint32_t) __half_as_ushort(h[0]) | ((uint32_t) __half_as_ushort(h[1]) << 16);
+    out.y = (uint32_t) __half_as_ushort(h[2]) | ((uint32_t) __half_as_ushort(h[3]) << 16);
+    *(uint2 *) (dst + (int64_t) wid*QK_TURBO + 4*lane) = out;
 }
 
 // t as a contiguous tensor of `type` at data (no view)
@@ -89,11 +116,17 @@ static ggml_tensor turbo_contiguous_like(const ggml_tensor * t, const ggml_type 
 }
 
 static void turbo_decode_rotated(cudaStream_t stream, const ggml_tensor * t, half * out) {
-    const dim3 grid((unsigned) (t->ne[1]*t->ne[2]*t->ne[3]));
+    constexpr int WARPS = 8;
+    const int64_t nbr  = t->ne[0] / QK_TURBO;
+    const int64_t nblk = nbr*t->ne[1]*t->ne[2]*t->ne[3];
+    GGML_ASSERT(nblk < INT32_MAX && t->nb[0] == ggml_type_size(t->type));   // the kernel's 32-bit indexes
+    const dim3 grid((unsigned) ((nblk + WARPS - 1) / WARPS));
     if (t->type == GGML_TYPE_TURBO3) {
-        k_turbo_decode_rotated_f16<3><<<grid, QK_TURBO, 0, stream>>>((const char *) t->data, out, t->ne[0], t->ne[1], t->ne[2], t->nb[1], t->nb[2], t->nb[3]);
+        k_turbo_decode_rotated_f16<3><<<grid, WARPS*WARP_SIZE, 0, stream>>>((const char *) t->data, out, (int) nblk, (int) nbr,
+            (int) t->ne[1], (int) t->ne[2], t->nb[1], t->nb[2], t->nb[3]);
     } else {
-        k_turbo_decode_rotated_f16<2><<<grid, QK_TURBO, 0, stream>>>((const char *) t->data, out, t->ne[0], t->ne[1], t->ne[2], t->nb[1], t->nb[2], t->nb[3]);
+        k_turbo_decode_rotated_f16<2><<<grid, WARPS*WARP_SIZE, 0, stream>>>((const char *) t->data, out, (int) nblk, (int) nbr,
+            (int) t->ne[1], (int) t->ne[2], t->nb[1], t->nb[2], t->nb[3]);
     }
 }
 
@@ -105,7 +138,7 @@ bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor 
     if ((!K_turbo && !V_turbo) || Q->ne[1] <= GGML_CUDA_TURBO_FA_MAX_BATCH) {
         return false;
     }
-    static const bool enabled = ggml_cuda_turbo_env_int("TURBO_FA_PREFILL", 0) != 0;
+    static const bool enabled = ggml_cuda_turbo_env_int("TURBO_FA_PREFILL", 1) != 0;
     if (!enabled || !ggml_cuda_turbo_fattn_pair_supported(dst) || !ggml_is_contiguous(dst) || Q->type != GGML_TYPE_F32) {
         return false;
     }
@@ -119,8 +152,9 @@ bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor 
     ggml_tensor Qr = *Q, Kr = *K, Vr = *V;
     if (K_turbo) {
         q_rot.alloc(ggml_nelements(Q));
-        const dim3 grid((unsigned) (Q->ne[1]*Q->ne[2]*Q->ne[3]), (unsigned) (D/QK_TURBO));
-        k_turbo_rotate_rows<<<grid, WARP_SIZE, 0, stream>>>((const char *) Q->data, q_rot.ptr, D, Q->ne[1], Q->ne[2], Q->nb[1], Q->nb[2], Q->nb[3]);
+        const int64_t nblk = ggml_nelements(Q)/QK_TURBO;
+        k_turbo_rotate_rows<<<(unsigned) ((nblk + TURBO_ROT_WARPS - 1)/TURBO_ROT_WARPS), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
+            (const char *) Q->data, q_rot.ptr, D, Q->ne[1], Q->ne[2], Q->nb[1], Q->nb[2], Q->nb[3], nblk);
         Qr = turbo_contiguous_like(Q, GGML_TYPE_F32, q_rot.ptr);
         k_rot.alloc(ggml_nelements(K));
         turbo_decode_rotated(stream, K, k_rot.ptr);
@@ -140,8 +174,9 @@ bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor 
     ggml_cuda_flash_attn_ext(ctx, &dst_r);
 
     if (V_turbo) {
-        const dim3 grid((unsigned) (ggml_nelements(dst)/D), (unsigned) (D/QK_TURBO));
-        k_turbo_unrotate_rows<<<grid, WARP_SIZE, 0, stream>>>((float *) dst->data, D);
+        const int64_t nblk = ggml_nelements(dst)/QK_TURBO;
+        k_turbo_unrotate_rows<<<(unsigned) ((nblk + TURBO_ROT_WARPS - 1)/TURBO_ROT_WARPS), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
+            (float *) dst->data, nblk);
         CUDA_CHECK(cudaGetLastError());
     }
     return true;

@@ -105,18 +105,25 @@ static __device__ __forceinline__ bool turbo_is_finite(const float x) {
     return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u;
 }
 
-// Encodes the block held by the warp; returns the fp16 norm bits, writes codes[k] for value lane+32k.
+// Encodes the block held by the warp; returns the fp16 norm bits, writes codes[k] for value lane+32k (all
+// codes are 0 when the norm is 0: the zero block). Latency matters here (a decode step writes a handful of
+// blocks per launch), so independent chains run side by side: the FWHT of the unscaled block beside the amax
+// reduction (a block that needs the pre-scaling, amax > 2^32, is transformed again), and the centroids of the
+// codes are picked while counting the boundaries (no divergent table loads).
 template <int bits>
 static __device__ __forceinline__ uint16_t turbo_warp_encode(const float x[4], int codes[4], const int lane) {
     bool bad = false;
     float amax = 0.0f;
+    float t[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         bad |= !turbo_is_finite(x[k]);
         const float a = fabsf(x[k]);
         amax = a > amax ? a : amax;
+        t[k] = turbo_sign_neg(lane + 32*k) ? -x[k] : x[k];
     }
     bad = __any_sync(0xffffffff, bad);
+    turbo_warp_fwht(t, lane);
 #pragma unroll
     for (int h = 16; h >= 1; h /= 2) {
         const float o = __shfl_xor_sync(0xffffffff, amax, h);
@@ -130,7 +137,6 @@ static __device__ __forceinline__ uint16_t turbo_warp_encode(const float x[4], i
         return 0;
     }
     int e = 0;
-    float t[4];
     if (amax > TURBO_CUDA_BIG_AMAX) {
         // frexpf: amax = m * 2^e, m in [0.5, 1); amax is normal here
         e = (int) ((__float_as_uint(amax) >> 23) & 0xffu) - 126;
@@ -141,20 +147,12 @@ static __device__ __forceinline__ uint16_t turbo_warp_encode(const float x[4], i
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             t[k] = __fmul_rn(__fmul_rn(x[k], p1), p2);
+            if (turbo_sign_neg(lane + 32*k)) {
+                t[k] = -t[k];
+            }
         }
-    } else {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            t[k] = x[k];
-        }
+        turbo_warp_fwht(t, lane);
     }
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        if (turbo_sign_neg(lane + 32*k)) {
-            t[k] = -t[k];
-        }
-    }
-    turbo_warp_fwht(t, lane);
 
     float s[4];
 #pragma unroll
@@ -169,20 +167,18 @@ static __device__ __forceinline__ uint16_t turbo_warp_encode(const float x[4], i
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         const float y = __fmul_rn(t[k], inv);
+        // the boundaries ascend, so the ones below y are a prefix: the count is the code, the last one's
+        // upper neighbour its centroid
         int c = 0;
-        if (bits == 3) {
+        float cv = bits == 3 ? turbo_d_c3[0] : turbo_d_c2[0];
 #pragma unroll
-            for (int b = 0; b < 7; ++b) {
-                c += y > turbo_d_b3[b];
-            }
-        } else {
-#pragma unroll
-            for (int b = 0; b < 3; ++b) {
-                c += y > turbo_d_b2[b];
+        for (int b = 0; b < (bits == 3 ? 7 : 3); ++b) {
+            if (y > (bits == 3 ? turbo_d_b3[b] : turbo_d_b2[b])) {
+                c = b + 1;
+                cv = bits == 3 ? turbo_d_c3[b + 1] : turbo_d_c2[b + 1];
             }
         }
         codes[k] = c;
-        const float cv = turbo_centroid(bits, c);
         s[k] = __fmul_rn(cv, cv);
     }
     const float clen = __fsqrt_rn(turbo_warp_tree_sum(s));
@@ -195,17 +191,12 @@ static __device__ __forceinline__ uint16_t turbo_warp_encode(const float x[4], i
     if (!(norm <= TURBO_CUDA_FP16_MAX)) {
         norm = TURBO_CUDA_FP16_MAX;
     }
-    const uint16_t h = __half_as_ushort(__float2half_rn(norm));
-    if (h == 0) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            codes[k] = 0;
-        }
-    }
-    return h;
+    return __half_as_ushort(__float2half_rn(norm));
 }
 
 // Writes the block (norm + packed codes) from the warp's codes.
+// A zero norm (the zero block, or a norm below FP16's range) stores all codes 0, whatever codes holds: the
+// packing does not wait for the norm.
 template <int bits>
 static __device__ __forceinline__ void turbo_warp_store(uint8_t * dst_block, const uint16_t norm, const int codes[4], const int lane) {
     const int w = codes[0] | (codes[1] << 3) | (codes[2] << 6) | (codes[3] << 9);
@@ -226,11 +217,11 @@ static __device__ __forceinline__ void turbo_warp_store(uint8_t * dst_block, con
         *(uint16_t *) dst_block = norm;
     }
     uint8_t * qs = dst_block + 2;
-    qs[lane] = (uint8_t) lo;
+    qs[lane] = norm ? (uint8_t) lo : 0;
     if (bits == 3 && lane < 16) {
         const int k = lane >> 2;
         const uint32_t word = k == 0 ? hb[0] : k == 1 ? hb[1] : k == 2 ? hb[2] : hb[3];
-        qs[32 + lane] = (uint8_t) (word >> (8*(lane & 3)));
+        qs[32 + lane] = norm ? (uint8_t) (word >> (8*(lane & 3))) : 0;
     }
 }
 
@@ -240,6 +231,9 @@ static __device__ __forceinline__ void turbo_warp_decode(const uint8_t * src_blo
     const uint16_t nh = *(const uint16_t *) src_block;
     const float scale = __fmul_rn(__half2float(__ushort_as_half(nh)), TURBO_CUDA_INV_SQRT_QK);
     const uint8_t * qs = src_block + 2;
+    // the codebook sits in lanes 0..7 (one load of 8 addresses), a code's centroid comes by shuffle: a
+    // constant-memory load with per-lane addresses would be serialised up to 8 ways
+    const float book = turbo_centroid(bits, lane & ((1 << bits) - 1));
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         const int i = lane + 32*k;
@@ -247,7 +241,7 @@ static __device__ __forceinline__ void turbo_warp_decode(const uint8_t * src_blo
         if (bits == 3) {
             c |= ((qs[32 + (i >> 3)] >> (i & 7)) & 1) << 2;
         }
-        x[k] = __fmul_rn(turbo_centroid(bits, c), scale);
+        x[k] = __fmul_rn(__shfl_sync(0xffffffff, book, c), scale);
     }
     turbo_warp_fwht(x, lane);
 #pragma unroll

@@ -41,22 +41,24 @@ template <> __device__ __forceinline__ half turbo_from_f32<half>(float x) { retu
 template <typename src_t, typename idx_t, int bits>
 static __global__ void k_turbo_set_rows(
         const src_t * __restrict__ src0, const idx_t * __restrict__ src1, char * __restrict__ dst,
-        const int64_t nblk, const int64_t nbr, const int64_t ne01, const int64_t ne02,
+        const int nblk, const int nbr, const int ne01, const int ne02,
         const int64_t s01, const int64_t s02, const int64_t s03,
-        const int64_t s10, const int64_t s11, const int64_t s12, const int64_t ne11, const int64_t ne12,
+        const int64_t s10, const int64_t s11, const int64_t s12, const int ne11, const int ne12,
         const size_t nb1, const size_t nb2, const size_t nb3, const int bs, const float * __restrict__ off) {
-    const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
+    // 32-bit index arithmetic (the host checks nblk < 2^31): 64-bit divisions are long instruction sequences,
+    // and a decode step's write is latency
+    const int wid = (int) (blockIdx.x*(blockDim.x/WARP_SIZE) + threadIdx.x/WARP_SIZE);
     const int lane = threadIdx.x % WARP_SIZE;
     if (wid >= nblk) {
         return;
     }
-    int64_t r = wid / nbr;
-    const int64_t ib  = wid - r*nbr;
-    const int64_t i01 = r % ne01; r /= ne01;
-    const int64_t i02 = r % ne02;
-    const int64_t i03 = r / ne02;
-    const int64_t i12 = i03 % ne12;
-    const int64_t i11 = i02 % ne11;
+    int r = wid / nbr;
+    const int ib  = wid - r*nbr;
+    const int i01 = r % ne01; r /= ne01;
+    const int i02 = r % ne02;
+    const int i03 = r / ne02;
+    const int i12 = i03 % ne12;
+    const int i11 = i02 % ne11;
     const int64_t dst_row = (int64_t) src1[i01*s10 + i11*s11 + i12*s12];
 
     const src_t * x = src0 + i01*s01 + i02*s02 + i03*s03 + ib*QK_TURBO;
@@ -88,6 +90,7 @@ static void turbo_set_rows_launch(ggml_backend_cuda_context & ctx, const ggml_te
     if (nblk == 0) {
         return;
     }
+    GGML_ASSERT(nblk < INT32_MAX && ne11 < INT32_MAX && ne12 < INT32_MAX);   // the kernel's 32-bit indexes
     const int bs = (int) ggml_type_size(dst->type);
     const int64_t s01 = nb01/sizeof(src_t), s02 = nb02/sizeof(src_t), s03 = nb03/sizeof(src_t);
     const int64_t s10 = nb10/sizeof(idx_t), s11 = nb11/sizeof(idx_t), s12 = nb12/sizeof(idx_t);
@@ -322,21 +325,21 @@ void ggml_cuda_turbo_get_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst
 // ---- to_fp16 / to_fp32 (contiguous and non-contiguous) --------------------------------------------
 
 template <typename dst_t, int bits>
-static __global__ void k_turbo_dequant(const char * __restrict__ x, dst_t * __restrict__ y, const int64_t nblk,
-        const int64_t nbr, const int64_t ne01, const int64_t ne02, const int64_t s01, const int64_t s02, const int64_t s03, const int bs) {
-    const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
+static __global__ void k_turbo_dequant(const char * __restrict__ x, dst_t * __restrict__ y, const int nblk,
+        const int nbr, const int ne01, const int ne02, const int64_t s01, const int64_t s02, const int64_t s03, const int bs) {
+    const int wid = (int) (blockIdx.x*(blockDim.x/WARP_SIZE) + threadIdx.x/WARP_SIZE);   // 32-bit, as in k_turbo_set_rows
     const int lane = threadIdx.x % WARP_SIZE;
     if (wid >= nblk) {
         return;
     }
-    int64_t r = wid / nbr;
-    const int64_t ib  = wid - r*nbr;
-    const int64_t i01 = r % ne01; r /= ne01;
-    const int64_t i02 = r % ne02;
-    const int64_t i03 = r / ne02;
+    int r = wid / nbr;
+    const int ib  = wid - r*nbr;
+    const int i01 = r % ne01; r /= ne01;
+    const int i02 = r % ne02;
+    const int i03 = r / ne02;
     float v[4];
     turbo_warp_decode<bits>((const uint8_t *) (x + (i01*s01 + i02*s02 + i03*s03 + ib)*bs), v, lane);
-    dst_t * yb = y + wid*QK_TURBO;
+    dst_t * yb = y + (int64_t) wid*QK_TURBO;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         yb[lane + 32*k] = turbo_from_f32<dst_t>(v[k]);
@@ -352,6 +355,7 @@ static void turbo_dequant_nc_cuda(const void * x, dst_t * y, int64_t ne00, int64
     if (nblk == 0) {
         return;
     }
+    GGML_ASSERT(nblk < INT32_MAX);   // the kernel's 32-bit indexes
     const int bs = bits == 3 ? (int) sizeof(block_turbo3) : (int) sizeof(block_turbo2);
     k_turbo_dequant<dst_t, bits><<<turbo_grid(nblk), TURBO_WARPS_PER_BLOCK*WARP_SIZE, 0, stream>>>(
         (const char *) x, y, nblk, nbr, ne01, ne02, s01, s02, s03, bs);
