@@ -13,6 +13,7 @@
 #include "ggml-turbo.h"
 #include "turbo-codebooks.h"
 
+#include <assert.h>
 #include <math.h>
 #include <stdlib.h>
 #include <string.h>
@@ -415,6 +416,77 @@ TURBO_AVX2_FN static void turbo_mad_rotated_avx2(int bits, const uint8_t * block
         }
     }
 }
+
+// GQA: the nq query heads that share a KV head, from one decode of each block's codes (per group of up to 4
+// heads: their accumulators stay in registers). Per head the same operations in the same order as
+// turbo_dot_rotated_avx2 / turbo_mad_rotated_avx2, so the same results.
+TURBO_AVX2_FN static inline __attribute__((always_inline)) void turbo_dot4_avx2(int bits, const uint8_t * blocks, size_t bs,
+        const float * q_rot, int64_t q_stride, const int n, float * out, int64_t nb) {
+    const __m256 table = turbo_table8(bits);
+    float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t * b = blocks + ib*bs;
+        __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
+        for (int j = 0; j < QK_TURBO/8; j++) {
+            const __m256 c = _mm256_permutevar8x32_ps(table, turbo_codes8(bits, b + 2, j));
+            for (int h = 0; h < n; h++) {
+                acc[h] = _mm256_fmadd_ps(c, _mm256_loadu_ps(q_rot + h*q_stride + ib*QK_TURBO + 8*j), acc[h]);
+            }
+        }
+        const float norm = turbo_block_norm(b);
+        for (int h = 0; h < n; h++) {
+            sum[h] += turbo_hsum(acc[h]) * norm;
+        }
+    }
+    for (int h = 0; h < n; h++) {
+        out[h] = sum[h];
+    }
+}
+
+TURBO_AVX2_FN static void turbo_dot_rotated_multi_avx2(int bits, const uint8_t * blocks, size_t bs, const float * q_rot,
+        int64_t q_stride, int nq, float * out, int64_t nb) {
+    for (int h0 = 0; h0 < nq; h0 += 4) {
+        const float * q = q_rot + h0*q_stride;
+        switch (nq - h0) {
+            case 1:  turbo_dot4_avx2(bits, blocks, bs, q, q_stride, 1, out + h0, nb); break;
+            case 2:  turbo_dot4_avx2(bits, blocks, bs, q, q_stride, 2, out + h0, nb); break;
+            case 3:  turbo_dot4_avx2(bits, blocks, bs, q, q_stride, 3, out + h0, nb); break;
+            default: turbo_dot4_avx2(bits, blocks, bs, q, q_stride, 4, out + h0, nb); break;
+        }
+    }
+}
+
+TURBO_AVX2_FN static inline __attribute__((always_inline)) void turbo_mad4_avx2(int bits, const uint8_t * blocks, size_t bs,
+        float * acc_rot, int64_t acc_stride, const float * w, const int n, int64_t nb) {
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t * b = blocks + ib*bs;
+        const float norm = turbo_block_norm(b);
+        __m256 table[4];
+        for (int h = 0; h < n; h++) {
+            table[h] = _mm256_mul_ps(turbo_table8(bits), _mm256_set1_ps(w[h] * norm));
+        }
+        for (int j = 0; j < QK_TURBO/8; j++) {
+            const __m256i codes = turbo_codes8(bits, b + 2, j);
+            for (int h = 0; h < n; h++) {
+                float * a = acc_rot + h*acc_stride + ib*QK_TURBO + 8*j;
+                _mm256_storeu_ps(a, _mm256_add_ps(_mm256_loadu_ps(a), _mm256_permutevar8x32_ps(table[h], codes)));
+            }
+        }
+    }
+}
+
+TURBO_AVX2_FN static void turbo_mad_rotated_multi_avx2(int bits, const uint8_t * blocks, size_t bs, float * acc_rot,
+        int64_t acc_stride, const float * w, int nq, int64_t nb) {
+    for (int h0 = 0; h0 < nq; h0 += 4) {
+        float * a = acc_rot + h0*acc_stride;
+        switch (nq - h0) {
+            case 1:  turbo_mad4_avx2(bits, blocks, bs, a, acc_stride, w + h0, 1, nb); break;
+            case 2:  turbo_mad4_avx2(bits, blocks, bs, a, acc_stride, w + h0, 2, nb); break;
+            case 3:  turbo_mad4_avx2(bits, blocks, bs, a, acc_stride, w + h0, 3, nb); break;
+            default: turbo_mad4_avx2(bits, blocks, bs, a, acc_stride, w + h0, 4, nb); break;
+        }
+    }
+}
 #endif
 
 // The plain C loops: value i of a block in order (the AVX2 path sums the dot in 8 lanes instead)
@@ -456,6 +528,60 @@ static void turbo_mad_rotated(int bits, const uint8_t * blocks, size_t bs, float
     }
 }
 
+// GQA, plain C: per head the loops of turbo_dot_rotated / turbo_mad_rotated (same results), each code read once
+static void turbo_dot_rotated_multi(int bits, const uint8_t * blocks, size_t bs, const float * q_rot, int64_t q_stride,
+        int nq, float * out, int64_t nb) {
+#ifdef TURBO_AVX2
+    if (turbo_use_avx2()) {
+        turbo_dot_rotated_multi_avx2(bits, blocks, bs, q_rot, q_stride, nq, out, nb);
+        return;
+    }
+#endif
+    const float * cent = bits == 3 ? turbo3_centroids : turbo2_centroids;
+    for (int h = 0; h < nq; h++) {
+        out[h] = 0.0f;
+    }
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t * b = blocks + ib*bs;
+        float acc[TURBO_MAX_GQA] = {0};
+        for (int i = 0; i < QK_TURBO; i++) {
+            const float c = cent[bits == 3 ? turbo3_code(b + 2, i) : turbo2_code(b + 2, i)];
+            for (int h = 0; h < nq; h++) {
+                acc[h] += q_rot[h*q_stride + ib*QK_TURBO + i] * c;
+            }
+        }
+        const float norm = turbo_block_norm(b);
+        for (int h = 0; h < nq; h++) {
+            out[h] += acc[h] * norm;
+        }
+    }
+}
+
+static void turbo_mad_rotated_multi(int bits, const uint8_t * blocks, size_t bs, float * acc_rot, int64_t acc_stride,
+        const float * w, int nq, int64_t nb) {
+#ifdef TURBO_AVX2
+    if (turbo_use_avx2()) {
+        turbo_mad_rotated_multi_avx2(bits, blocks, bs, acc_rot, acc_stride, w, nq, nb);
+        return;
+    }
+#endif
+    const float * cent = bits == 3 ? turbo3_centroids : turbo2_centroids;
+    for (int64_t ib = 0; ib < nb; ib++) {
+        const uint8_t * b = blocks + ib*bs;
+        const float norm = turbo_block_norm(b);
+        float s[TURBO_MAX_GQA];
+        for (int h = 0; h < nq; h++) {
+            s[h] = w[h] * norm;
+        }
+        for (int i = 0; i < QK_TURBO; i++) {
+            const float c = cent[bits == 3 ? turbo3_code(b + 2, i) : turbo2_code(b + 2, i)];
+            for (int h = 0; h < nq; h++) {
+                acc_rot[h*acc_stride + ib*QK_TURBO + i] += s[h] * c;
+            }
+        }
+    }
+}
+
 float turbo3_dot_rotated(const block_turbo3 * x, const float * q_rot, int64_t k) {
     return turbo_dot_rotated(3, (const uint8_t *) x, sizeof(block_turbo3), q_rot, k / QK_TURBO);
 }
@@ -470,6 +596,24 @@ void turbo3_mad_rotated(const block_turbo3 * x, float * acc_rot, float w, int64_
 
 void turbo2_mad_rotated(const block_turbo2 * x, float * acc_rot, float w, int64_t k) {
     turbo_mad_rotated(2, (const uint8_t *) x, sizeof(block_turbo2), acc_rot, w, k / QK_TURBO);
+}
+
+void turbo_dot_rotated_gqa(int bits, const void * x, const float * q_rot, int64_t q_stride, int nq, float * out, int64_t k) {
+    assert(nq >= 1 && nq <= TURBO_MAX_GQA && (bits == 3 || bits == 2));
+    if (bits == 3) {
+        turbo_dot_rotated_multi(3, (const uint8_t *) x, sizeof(block_turbo3), q_rot, q_stride, nq, out, k / QK_TURBO);
+    } else {
+        turbo_dot_rotated_multi(2, (const uint8_t *) x, sizeof(block_turbo2), q_rot, q_stride, nq, out, k / QK_TURBO);
+    }
+}
+
+void turbo_mad_rotated_gqa(int bits, const void * x, float * acc_rot, int64_t acc_stride, const float * w, int nq, int64_t k) {
+    assert(nq >= 1 && nq <= TURBO_MAX_GQA && (bits == 3 || bits == 2));
+    if (bits == 3) {
+        turbo_mad_rotated_multi(3, (const uint8_t *) x, sizeof(block_turbo3), acc_rot, acc_stride, w, nq, k / QK_TURBO);
+    } else {
+        turbo_mad_rotated_multi(2, (const uint8_t *) x, sizeof(block_turbo2), acc_rot, acc_stride, w, nq, k / QK_TURBO);
+    }
 }
 
 // ---- ggml vec_dot -------------------------------------------------------------------------

@@ -81,6 +81,13 @@ float turbo2_dot_rotated(const block_turbo2 * x, const float * q_rot, int64_t k)
 void  turbo3_mad_rotated(const block_turbo3 * x, float * acc_rot, float w, int64_t k);
 void  turbo2_mad_rotated(const block_turbo2 * x, float * acc_rot, float w, int64_t k);
 
+// The same for the nq (<= TURBO_MAX_GQA) query heads that share one KV head (GQA): each block's codes are read
+// once. Head h's q_rot / acc_rot row starts at h*stride; per head the results equal the single-head calls'
+// bit for bit. bits: 3 (turbo3) or 2 (turbo2); x: one row of k/128 blocks.
+#define TURBO_MAX_GQA 16
+void turbo_dot_rotated_gqa(int bits, const void * x, const float * q_rot, int64_t q_stride, int nq, float * out, int64_t k);
+void turbo_mad_rotated_gqa(int bits, const void * x, float * acc_rot, int64_t acc_stride, const float * w, int nq, int64_t k);
+
 // ggml vec_dot signature: s = <x (turbo row), y (f32 row)>; rotates y internally.
 void ggml_vec_dot_turbo3_f32(int n, float * s, size_t bs, const void * vx, size_t bx, const void * vy, size_t by, int nrc);
 void ggml_vec_dot_turbo2_f32(int n, float * s, size_t bs, const void * vx, size_t bx, const void * vy, size_t by, int nrc);

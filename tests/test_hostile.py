@@ -77,10 +77,12 @@ def test_simd_attention_helpers_match_plain_c(tmp_path):
 
     plain, simd = run({"TURBO_NO_SIMD": "1"}), run({"TURBO_NO_SIMD": "0"})
     assert plain["simd"] == "0"
+    assert plain["gqa"] == "1", plain   # the GQA helpers equal the single-head calls bit for bit
     if not _cpu_has_avx2_fma():
         pytest.skip("this CPU has no AVX2+FMA: only the plain path exists here")
     assert simd["simd"] == "1"
     assert simd["mad3"] == plain["mad3"] and simd["mad2"] == plain["mad2"]
+    assert simd["gqa"] == "1", simd
     dots = [k for k in plain if k.startswith("dot")]
     assert len(dots) == 2 * 64 + 2
     for k in dots:
