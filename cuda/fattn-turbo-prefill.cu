@@ -74,17 +74,13 @@ template <int bits>
 static __global__ void k_turbo_decode_rotated_f16(const char * __restrict__ src, half * __restrict__ dst, const int nblk,
         const int nbr, const int ne1, const int ne2, const size_t nb1, const size_t nb2, const size_t nb3) {
     constexpr int BS = bits == 3 ? 50 : 34;
-    const int wid  = (int) (blockIdx.x*(blockDim.x/WARP_SIZE) + threadIdx.x/WARP_SIZE);
+    const int wid  = turbo_warp_index();
     const int lane = threadIdx.x % WARP_SIZE;
     if (wid >= nblk) {
         return;
     }
-    int r = wid / nbr;
-    const int ib = wid - r*nbr;
-    const int i1 = r % ne1; r /= ne1;
-    const int i2 = r % ne2;
-    const int i3 = r / ne2;
-    const uint8_t * blk = (const uint8_t *) (src + i1*nb1 + i2*nb2 + i3*nb3) + ib*BS;
+    const turbo_block_pos b = turbo_block_at(wid, nbr, ne1, ne2);
+    const uint8_t * blk = (const uint8_t *) (src + b.i1*nb1 + b.i2*nb2 + b.i3*nb3) + b.ib*BS;
     const float norm = __half2float(*(const half *) blk);
     const float book = turbo_centroid(bits, lane & ((1 << bits) - 1));
     const int lo = blk[2 + lane];                                          // codes 4 lane .. 4 lane + 3, 2 bits each

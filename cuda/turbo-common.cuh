@@ -63,6 +63,26 @@ static __device__ __forceinline__ bool turbo_sign_neg(const int i) {
     return (turbo_d_sign_words[i >> 5] >> (i & 31)) & 1u;
 }
 
+// One warp per 128-block (blocks of 8 warps): the warp's index, in 32 bits (the launchers check that the block
+// count fits: 64-bit divisions are long instruction sequences, and a decode step's write is latency).
+static __device__ __forceinline__ int turbo_warp_index() {
+    return (int) (blockIdx.x*(blockDim.x/WARP_SIZE) + threadIdx.x/WARP_SIZE);
+}
+
+// where block wid sits in a walk over (block of a row, dim 1, dim 2, dim 3), the block index fastest
+struct turbo_block_pos {
+    int ib, i1, i2, i3;
+};
+static __device__ __forceinline__ turbo_block_pos turbo_block_at(const int wid, const int nbr, const int ne1, const int ne2) {
+    int r = wid / nbr;
+    turbo_block_pos b;
+    b.ib = wid - r*nbr;
+    b.i1 = r % ne1; r /= ne1;
+    b.i2 = r % ne2;
+    b.i3 = r / ne2;
+    return b;
+}
+
 // In-warp unnormalized FWHT of 128 values, butterflies of span 1, 2, ..., 64 exactly as the C code:
 // t[j] = a + b, t[j+h] = a - b with a the lower index.
 static __device__ __forceinline__ void turbo_warp_fwht(float v[4], const int lane) {

@@ -45,18 +45,13 @@ static __global__ void k_turbo_set_rows(
         const int64_t s01, const int64_t s02, const int64_t s03,
         const int64_t s10, const int64_t s11, const int64_t s12, const int ne11, const int ne12,
         const size_t nb1, const size_t nb2, const size_t nb3, const int bs, const float * __restrict__ off) {
-    // 32-bit index arithmetic (the host checks nblk < 2^31): 64-bit divisions are long instruction sequences,
-    // and a decode step's write is latency
-    const int wid = (int) (blockIdx.x*(blockDim.x/WARP_SIZE) + threadIdx.x/WARP_SIZE);
+    const int wid = turbo_warp_index();
     const int lane = threadIdx.x % WARP_SIZE;
     if (wid >= nblk) {
         return;
     }
-    int r = wid / nbr;
-    const int ib  = wid - r*nbr;
-    const int i01 = r % ne01; r /= ne01;
-    const int i02 = r % ne02;
-    const int i03 = r / ne02;
+    const turbo_block_pos pos = turbo_block_at(wid, nbr, ne01, ne02);
+    const int ib = pos.ib, i01 = pos.i1, i02 = pos.i2, i03 = pos.i3;
     const int i12 = i03 % ne12;
     const int i11 = i02 % ne11;
     const int64_t dst_row = (int64_t) src1[i01*s10 + i11*s11 + i12*s12];
@@ -327,18 +322,14 @@ void ggml_cuda_turbo_get_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst
 template <typename dst_t, int bits>
 static __global__ void k_turbo_dequant(const char * __restrict__ x, dst_t * __restrict__ y, const int nblk,
         const int nbr, const int ne01, const int ne02, const int64_t s01, const int64_t s02, const int64_t s03, const int bs) {
-    const int wid = (int) (blockIdx.x*(blockDim.x/WARP_SIZE) + threadIdx.x/WARP_SIZE);   // 32-bit, as in k_turbo_set_rows
+    const int wid = turbo_warp_index();
     const int lane = threadIdx.x % WARP_SIZE;
     if (wid >= nblk) {
         return;
     }
-    int r = wid / nbr;
-    const int ib  = wid - r*nbr;
-    const int i01 = r % ne01; r /= ne01;
-    const int i02 = r % ne02;
-    const int i03 = r / ne02;
+    const turbo_block_pos b = turbo_block_at(wid, nbr, ne01, ne02);
     float v[4];
-    turbo_warp_decode<bits>((const uint8_t *) (x + (i01*s01 + i02*s02 + i03*s03 + ib)*bs), v, lane);
+    turbo_warp_decode<bits>((const uint8_t *) (x + (b.i1*s01 + b.i2*s02 + b.i3*s03 + b.ib)*bs), v, lane);
     dst_t * yb = y + (int64_t) wid*QK_TURBO;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
