@@ -387,39 +387,9 @@ TURBO_AVX2_FN static inline __m256i turbo_codes8(int bits, const uint8_t * qs, i
     return bits == 3 ? turbo3_codes8(qs, j) : turbo_low_codes8(qs, j);
 }
 
-// blocks: nb blocks of bs bytes (norm first, then the codes)
-TURBO_AVX2_FN static float turbo_dot_rotated_avx2(int bits, const uint8_t * blocks, size_t bs, const float * q_rot, int64_t nb) {
-    const __m256 table = turbo_table8(bits);
-    float sum = 0.0f;
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const uint8_t * b = blocks + ib*bs;
-        const float * q = q_rot + ib*QK_TURBO;
-        __m256 acc = _mm256_setzero_ps();
-        for (int j = 0; j < QK_TURBO/8; j++) {
-            const __m256 c = _mm256_permutevar8x32_ps(table, turbo_codes8(bits, b + 2, j));
-            acc = _mm256_fmadd_ps(c, _mm256_loadu_ps(q + 8*j), acc);
-        }
-        sum += turbo_hsum(acc) * turbo_block_norm(b);
-    }
-    return sum;
-}
-
-// the same operations as the plain C loop (a product, then a sum), so the same results
-TURBO_AVX2_FN static void turbo_mad_rotated_avx2(int bits, const uint8_t * blocks, size_t bs, float * acc_rot, float w, int64_t nb) {
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const uint8_t * b = blocks + ib*bs;
-        const __m256 table = _mm256_mul_ps(turbo_table8(bits), _mm256_set1_ps(w * turbo_block_norm(b)));
-        float * a = acc_rot + ib*QK_TURBO;
-        for (int j = 0; j < QK_TURBO/8; j++) {
-            const __m256 c = _mm256_permutevar8x32_ps(table, turbo_codes8(bits, b + 2, j));
-            _mm256_storeu_ps(a + 8*j, _mm256_add_ps(_mm256_loadu_ps(a + 8*j), c));
-        }
-    }
-}
-
-// GQA: the nq query heads that share a KV head, from one decode of each block's codes (per group of up to 4
-// heads: their accumulators stay in registers). Per head the same operations in the same order as
-// turbo_dot_rotated_avx2 / turbo_mad_rotated_avx2, so the same results.
+// The nq query heads that share a KV head (GQA; one head is nq = 1), from one decode of each block's codes (per
+// group of up to 4 heads: their accumulators stay in registers). blocks: nb blocks of bs bytes (norm first, then
+// the codes). The mad is the plain C loop's product, then sum, so the same results; the dot sums in 8 lanes.
 TURBO_AVX2_FN static inline __attribute__((always_inline)) void turbo_dot4_avx2(int bits, const uint8_t * blocks, size_t bs,
         const float * q_rot, int64_t q_stride, const int n, float * out, int64_t nb) {
     const __m256 table = turbo_table8(bits);
@@ -489,46 +459,7 @@ TURBO_AVX2_FN static void turbo_mad_rotated_multi_avx2(int bits, const uint8_t *
 }
 #endif
 
-// The plain C loops: value i of a block in order (the AVX2 path sums the dot in 8 lanes instead)
-static float turbo_dot_rotated(int bits, const uint8_t * blocks, size_t bs, const float * q_rot, int64_t nb) {
-#ifdef TURBO_AVX2
-    if (turbo_use_avx2()) {
-        return turbo_dot_rotated_avx2(bits, blocks, bs, q_rot, nb);
-    }
-#endif
-    const float * cent = bits == 3 ? turbo3_centroids : turbo2_centroids;
-    float sum = 0.0f;
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const uint8_t * b = blocks + ib*bs;
-        const float * q = q_rot + ib*QK_TURBO;
-        float acc = 0.0f;
-        for (int i = 0; i < QK_TURBO; i++) {
-            acc += q[i] * cent[bits == 3 ? turbo3_code(b + 2, i) : turbo2_code(b + 2, i)];
-        }
-        sum += acc * turbo_block_norm(b);
-    }
-    return sum;
-}
-
-static void turbo_mad_rotated(int bits, const uint8_t * blocks, size_t bs, float * acc_rot, float w, int64_t nb) {
-#ifdef TURBO_AVX2
-    if (turbo_use_avx2()) {
-        turbo_mad_rotated_avx2(bits, blocks, bs, acc_rot, w, nb);
-        return;
-    }
-#endif
-    const float * cent = bits == 3 ? turbo3_centroids : turbo2_centroids;
-    for (int64_t ib = 0; ib < nb; ib++) {
-        const uint8_t * b = blocks + ib*bs;
-        const float s = w * turbo_block_norm(b);
-        float * a = acc_rot + ib*QK_TURBO;
-        for (int i = 0; i < QK_TURBO; i++) {
-            a[i] += s * cent[bits == 3 ? turbo3_code(b + 2, i) : turbo2_code(b + 2, i)];
-        }
-    }
-}
-
-// GQA, plain C: per head the loops of turbo_dot_rotated / turbo_mad_rotated (same results), each code read once
+// The plain C loops: value i of a block in order, each code read once for all nq heads
 static void turbo_dot_rotated_multi(int bits, const uint8_t * blocks, size_t bs, const float * q_rot, int64_t q_stride,
         int nq, float * out, int64_t nb) {
 #ifdef TURBO_AVX2
@@ -580,6 +511,17 @@ static void turbo_mad_rotated_multi(int bits, const uint8_t * blocks, size_t bs,
             }
         }
     }
+}
+
+// one head
+static float turbo_dot_rotated(int bits, const uint8_t * blocks, size_t bs, const float * q_rot, int64_t nb) {
+    float out;
+    turbo_dot_rotated_multi(bits, blocks, bs, q_rot, 0, 1, &out, nb);
+    return out;
+}
+
+static void turbo_mad_rotated(int bits, const uint8_t * blocks, size_t bs, float * acc_rot, float w, int64_t nb) {
+    turbo_mad_rotated_multi(bits, blocks, bs, acc_rot, 0, &w, 1, nb);
 }
 
 float turbo3_dot_rotated(const block_turbo3 * x, const float * q_rot, int64_t k) {
