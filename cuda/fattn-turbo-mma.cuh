@@ -194,6 +194,40 @@ static __device__ __forceinline__ void turbo_mma_stage_chunks(uint32_t * words, 
     }
 }
 
+// v10 (not measured yet): the same copies as turbo_mma_stage_chunks without a 64-bit multiply per chunk. A
+// lane's chunks sit at fixed keys kk and chunk numbers c of every tile, and a tile starts at a multiple of 16
+// keys, so (row & 15) does not depend on the tile: each chunk's byte offset from the tile's first row is
+// computed once, and a tile adds t1*16*nb1.
+template <int NC>
+struct turbo_mma_chunk_src {
+    static constexpr int SLOTS = (TURBO_MMA_KEYS*NC + WARP_SIZE - 1)/WARP_SIZE;
+    int off[SLOTS];
+
+    __device__ __forceinline__ void init(const char * base, const int64_t nb1, const int lane) {
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int i = lane + WARP_SIZE*s, kk = i / NC, c = i % NC;
+            const int64_t rel = (int64_t) kk*nb1;
+            off[s] = (int) (rel - (int64_t) (((uintptr_t) base + rel) & 15) + 16*c);
+        }
+    }
+    // the 16 rows of tile t1 into words[16][4*NC]; rows past n_kv are zero-filled (from an aligned address)
+    __device__ __forceinline__ void copy(uint32_t * words, const char * base, const int64_t nb1, const int t1,
+            const int n_kv, const int lane) const {
+        const uint32_t dst0 = (uint32_t) __cvta_generic_to_shared(words);
+        const char * tile = base + (int64_t) t1*TURBO_MMA_KEYS*nb1;
+        const char * safe = (const char *) ((uintptr_t) base & ~(uintptr_t) 15);
+#pragma unroll
+        for (int s = 0; s < SLOTS; ++s) {
+            const int i = lane + WARP_SIZE*s;
+            if (i < TURBO_MMA_KEYS*NC) {
+                const bool ok = t1*TURBO_MMA_KEYS + i / NC < n_kv;
+                turbo_cp_async<16>(dst0 + 16*i, ok ? tile + off[s] : safe, ok ? 16 : 0);
+            }
+        }
+    }
+};
+
 // v8: four table indexes at once. Byte k of the result is 4x the table index (a byte offset into the 64-entry
 // pair table) of nibble n = 2k + odd of lo: its two low-plane codes, with their two high bits from bits 2n, 2n+1
 // of the half of hi that sel picks (0x1100: hi's low 16 bits, 0x3322: its high 16 bits). A lookup is then one
@@ -315,10 +349,16 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     turbo_mma_step<NB, KBITS, VBITS> cur, nxt;
     uint32_t * ring = ring_os + warp*cfg::NSTAGE*cfg::WORDS;
     // one stage's copies: K rows then V rows of the 16 keys of tile t1
+    turbo_mma_chunk_src<cfg::KC> ksrc;
+    turbo_mma_chunk_src<cfg::VC> vsrc;
+    if (cfg::CHUNKS) {
+        ksrc.init(Kb, p.nb11, lane);
+        vsrc.init(Vb, p.nb21, lane);
+    }
     auto stage = [&](uint32_t * st, const int t1) {
         if (cfg::CHUNKS) {
-            turbo_mma_stage_chunks<cfg::KC>(st, Kb, p.nb11, t1*TURBO_MMA_KEYS, p.n_kv, lane);
-            turbo_mma_stage_chunks<cfg::VC>(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1*TURBO_MMA_KEYS, p.n_kv, lane);
+            ksrc.copy(st, Kb, p.nb11, t1, p.n_kv, lane);
+            vsrc.copy(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1, p.n_kv, lane);
         } else {
             turbo_mma_stage_rows<cfg::KBYTES, cfg::KW>(st, Kb, p.nb11, t1*TURBO_MMA_KEYS, p.n_kv, lane);
             turbo_mma_stage_rows<cfg::VBYTES, cfg::VW>(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1*TURBO_MMA_KEYS, p.n_kv, lane);
@@ -406,12 +446,31 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     }
     float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f};
 
+    // v10 (not measured yet): where each of the lane's keys starts in its staged row (v5: 0 or 2, v8: 0..14).
+    // k0 is a multiple of 16, so ((k0 + j)*nb) & ALIGN depends on j only (keys past n_kv are staged as zeros
+    // and read as zeros at any offset). At D = 128 they are computed once (the loop body: 808 -> 722 SASS
+    // instructions, the same 128 registers); at D = 256 every step, as before (kept live, they spill).
+    int ksh[2], vsh[2], vsh4[4];
+    auto staged_offsets = [&](const int k0) {
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            ksh[i] = (int) (((uintptr_t) Kb + (int64_t) (k0 + g + 8*i)*p.nb11) & cfg::ALIGN);
+            vsh[i] = (int) (((uintptr_t) Vb + (int64_t) (k0 + g + 8*i)*p.nb21) & cfg::ALIGN);
+        }
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            vsh4[i] = (int) (((uintptr_t) Vb + (int64_t) (k0 + 2*t + (i & 1) + 8*(i >> 1))*p.nb21) & cfg::ALIGN);
+        }
+    };
+    if (NB == 1) {
+        staged_offsets(0);
+    }
+
     for (int it = 0; tt < t_end; tt += NW, ++it) {
         const int k0 = tt*TURBO_MMA_KEYS;
         const uint32_t * kst = ring + (it % cfg::NSTAGE)*cfg::WORDS;   // this step's stage (v5)
         const uint32_t * vst = kst + TURBO_MMA_KEYS*cfg::KW;
         constexpr int KBS = KBITS == 3 ? 50 : 34, VBS = VBITS == 3 ? 50 : 34;
-        int ksh[2], vsh[2], vsh4[4];   // v5: where each key's blocks start in its staged row (0 or 2)
         if (STAGED) {
             __syncwarp();   // every lane is done with the stage refilled below (read in the step before)
             const int t1 = tt + (cfg::NSTAGE - 1)*NW;
@@ -422,16 +481,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             turbo_cp_async_commit();
             turbo_cp_async_wait<cfg::NSTAGE - 1>();
             __syncwarp();   // the other lanes' copies of this step's stage are visible
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const int key = min(k0 + g + 8*i, p.n_kv - 1);
-                ksh[i] = (int) (((uintptr_t) Kb + (int64_t) key*p.nb11) & cfg::ALIGN);
-                vsh[i] = (int) (((uintptr_t) Vb + (int64_t) key*p.nb21) & cfg::ALIGN);
-            }
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const int key = min(k0 + 2*t + (i & 1) + 8*(i >> 1), p.n_kv - 1);
-                vsh4[i] = (int) (((uintptr_t) Vb + (int64_t) key*p.nb21) & cfg::ALIGN);
+            if (NB != 1) {
+                staged_offsets(k0);
             }
         } else if (tt + NW < t_end) {
             nxt.load(Kb, p.nb11, Vb, p.nb21, k0 + NW*TURBO_MMA_KEYS, p.n_kv, g, t);
