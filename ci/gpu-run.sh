@@ -2,9 +2,10 @@
 # turbo-llama: the whole GPU run in one go (H200 via the device tool, or any CUDA machine).
 #   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [ncu] [ktime] [fatime] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
 #   default: build test bench. The device tool keeps a machine (and /tmp) 30 s after a call, so a session:
-#     call 1: `bg` (starts the build in the background from a copy of the repo) + `model` (stores the first part)
-#     calls 2..4: `model` (one more part of the Gemma GGUF each: .devcarry/m*/p*)
-#     call 5: `wait model test ppl cli`, call 6: `kv bench` ...
+#     call 1: `bg` (starts the build in the background from a copy of the repo)
+#     calls 2..6: `model` (one part of the Gemma GGUF each: .devcarry/m1/p1 .. m5/p5, split so that a part plus
+#     the repo stays under the 64 MiB a call carries)
+#     then `wait model test ppl cli`, `kv bench` ...
 #   bench runs (TL_BENCH, default main): main, deep (128K), v3, mma4..mma8 (TURBO_FA_MMA), hf (TURBO_FA_HEADS_FIRST=1),
 #   pre0 (TURBO_FA_PREFILL=0: the generic prefill conversion), nooff (TURBO_K_OFFSET=0)
 # Needs .devcarry/tree.tar.gz: the stripped upstream tree (b11312) with our overlay + patches applied
@@ -42,7 +43,7 @@ done < "$REPO/patches/b11312/overlay"
 if [[ " $PHASES " == *" bg "* ]]; then
     # the repo folder is laid anew each call: build from a copy, in a new session so that it outlives the call
     rm -rf "$WORK/repo" && mkdir -p "$WORK/repo" && tar -C "$REPO" --exclude=./.devcarry/m1 --exclude=./.devcarry/m2 \
-        --exclude=./.devcarry/m3 --exclude=./.devcarry/m4 -cf - . | tar -C "$WORK/repo" -xf -
+        --exclude=./.devcarry/m3 --exclude=./.devcarry/m4 --exclude=./.devcarry/m5 -cf - . | tar -C "$WORK/repo" -xf -
     rm -f "$WORK/build.done" "$WORK/build.fail"
     OUT="$WORK/bg-out" setsid nohup bash "$WORK/repo/ci/gpu-run.sh" ${TL_BG_BUILD:-tlfull} > "$WORK/bg.log" 2>&1 < /dev/null &
     log "background build (${TL_BG_BUILD:-tlfull}) started (pid $!)"
@@ -110,13 +111,16 @@ if [[ " $PHASES " == *" wait "* ]]; then
 fi
 
 GEMMA=$WORK/gemma.gguf
-GEMMA_SHA=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818
+GEMMA_SHA=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 GEMMA_BYTES=253113024
 if [[ " $PHASES " == *" model "* ]]; then
     # the 241 MiB model travels in parts (one per call, 64 MiB limit); assembled and sha-checked once all are here
     mkdir -p "$WORK/parts"; for f in "$REPO"/.devcarry/m*/p*; do [ -f "$f" ] && cp "$f" "$WORK/parts/"; done
     log "model parts here: $(ls "$WORK/parts" | tr '\n' ' ')"
-    if [ ! -f "$GEMMA" ] && [ -f "$WORK/parts/p1" ] && [ -f "$WORK/parts/p2" ] && [ -f "$WORK/parts/p3" ] && [ -f "$WORK/parts/p4" ]; then
-        cat "$WORK"/parts/p1 "$WORK"/parts/p2 "$WORK"/parts/p3 "$WORK"/parts/p4 > "$GEMMA.tmp"
+    # any number of parts p1..p9 (a part plus the repo must stay under the 64 MiB a call carries): assembled
+    # in order once their sizes add up to the model's
+    parts=$(ls "$WORK"/parts/p[1-9] 2>/dev/null | sort -V)
+    if [ ! -f "$GEMMA" ] && [ -n "$parts" ] && [ "$(cat $parts | wc -c)" = "$GEMMA_BYTES" ]; then
+        cat $parts > "$GEMMA.tmp"
         if [ "$(sha256sum "$GEMMA.tmp" | cut -d' ' -f1)" = "$GEMMA_SHA" ]; then mv "$GEMMA.tmp" "$GEMMA"; log "gemma assembled, sha256 ok"; else log "gemma sha256 MISMATCH"; fi
     fi
 fi
