@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # turbo-llama: the whole GPU run in one go (H200 via the device tool, or any CUDA machine).
-#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [ncu] [ktime] [fatime] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
+#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [ncu] [ktime] [fatime] [mixed] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
 #   default: build test bench. The device tool keeps a machine (and /tmp) 30 s after a call, so a session:
 #     call 1: `bg` (starts the build in the background from a copy of the repo)
 #     calls 2..6: `model` (one part of the Gemma GGUF each: .devcarry/m1/p1 .. m5/p5, split so that a part plus
@@ -208,6 +208,17 @@ if [[ " $PHASES " == *" fatime "* ]]; then
         log "fatime ${envset:+$envset }$ty kv=$kv nb=$nb: rc=$? (per kernel: launches in the first ${TL_FATIME_N:-40} and mean us)"
         python3 "$REPO/ci/ktime.py" "$f" 1 2>&1 | head -8 | tee -a "$OUT/summary.txt"
     done
+fi
+
+if [[ " $PHASES " == *" mixed "* ]]; then
+    # decode speed of mixed K/V pairs (the scalar turbo kernel serves them; the tensor-core one needs turbo K and V)
+    tl_python; export TURBO_LLAMA_CACHE=$WORK/cache
+    M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))" 2>> "$OUT/mixed.err")
+    cmd="llama-bench -m random-llama8b -fa 1 -ngl 99 -p 0 -n 64 -r 2 -d ${TL_MIXED_DEPTHS:-0,32768} -ctk f16,q8_0,turbo3 -ctv f16,q8_0,turbo3 -o md"
+    echo "$cmd" > "$OUT/mixed.md"
+    timeout ${TL_MIXED_TIMEOUT:-400} "$B/llama-bench" -m "$M8" -fa 1 -ngl 99 -p 0 -n 64 -r 2 -d ${TL_MIXED_DEPTHS:-0,32768} \
+        -ctk f16,q8_0,turbo3 -ctv f16,q8_0,turbo3 -o md >> "$OUT/mixed.md" 2>> "$OUT/mixed.err"
+    log "mixed pairs: rc=$? ($cmd)"; grep -E "^\|" "$OUT/mixed.md" >> "$OUT/summary.txt"
 fi
 
 if [[ " $PHASES " == *" ncu0 "* ]]; then
