@@ -73,13 +73,13 @@ def test_backend_ops_cpu_turbo_attention_matches_reference(llama_build_bin):
     """test-backend-ops in test mode on the CPU compares each case against the CPU backend's reference
     implementation (use_ref: no tiling, no KV split, no GQA grouping): every turbo flash-attention case, decode
     (patch 0015's GQA path: keys split across threads, one read of each key per group, for turbo/turbo and mixed
-    pairs alike), prefill (patch 0009's tiles), sinks, ALiBi and softcapping."""
+    pairs alike), prefill (patch 0009's tiles; 0016: mixed pairs too), sinks, ALiBi and softcapping."""
     out = subprocess.run([str(llama_build_bin("test-backend-ops")), "-b", "CPU", "-o", "FLASH_ATTN_EXT", "-p", "turbo"],
                          capture_output=True, text=True, timeout=900)
     text = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
     m = re.search(r"(\d+)/(\d+) tests passed", text)
     assert out.returncode == 0 and m and m.group(1) == m.group(2), text[-3000:]
-    assert int(m.group(2)) >= 500, m.group(0)   # the turbo cases of patches 0005, 0013, 0015
+    assert int(m.group(2)) >= 500, m.group(0)   # the turbo cases of patches 0005, 0013, 0015 (0016: mixed prefill)
     for case in ("nb=1,mask=1,sinks=0,max_bias=8.000000", "logit_softcap=30.000000", "nr23=[8,1],kv=1024,nb=1",
                  "nr23=[4,1],kv=1024,nb=1,mask=1,sinks=0,max_bias=0.000000,logit_softcap=0.000000,prec=f32,"
                  "type_K=q8_0,type_V=turbo3"):   # a mixed pair's GQA decode
