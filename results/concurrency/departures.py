@@ -2,11 +2,7 @@
 Usage: .venv/bin/python results/concurrency/departures.py f16/f16 turbo3/turbo3 turbo3/turbo3:TURBO_K_OFFSET=0
 (CPU build of `turbo-llama build`, default model; see README.md here.)"""
 import sys, os, statistics, pathlib
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests"))
-import test_kv_features as t
-from turbo_llama import model
-exe = pathlib.Path(os.environ.get("EXE", str(pathlib.Path.home() / ".cache/turbo-llama/build/cpu/bin/llama-server")))
-mp = model.default_model()
+from _setup import t, mp, exe
 for spec in sys.argv[1:]:
     kv, _, env = spec.partition(":")
     ctk, ctv = kv.split("/")

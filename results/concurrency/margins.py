@@ -2,12 +2,7 @@
 Usage: .venv/bin/python results/concurrency/margins.py f16 q4_0 q8_0 turbo3 turbo2
 (CPU build of `turbo-llama build`, default model; see README.md here.)"""
 import sys, os, pathlib, math, statistics, json
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests"))
-import test_kv_features as t
-from _kv_helpers import server, complete
-from turbo_llama import model
-exe = pathlib.Path.home() / ".cache/turbo-llama/build/cpu/bin/llama-server"
-mp = model.default_model()
+from _setup import t, server, complete, exe, mp
 res = {}
 for ctk in sys.argv[1:]:
     with server(exe, mp, pathlib.Path(f"/tmp/m-{ctk}.log"), ctk, ctk, ctx=4*512, extra=["-np", "4"]) as srv:

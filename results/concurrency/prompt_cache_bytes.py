@@ -2,12 +2,7 @@
 Usage: .venv/bin/python results/concurrency/prompt_cache_bytes.py f16 q4_0 turbo3
 (CPU build of `turbo-llama build`, default model; see README.md here.)"""
 import sys, os, pathlib, numpy as np
-sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2] / "tests"))
-import test_kv_features as t
-from _kv_helpers import server, complete, concurrently, request
-from turbo_llama import model
-exe = pathlib.Path.home() / ".cache/turbo-llama/build/cpu/bin/llama-server"
-mp = model.default_model()
+from _setup import t, server, complete, concurrently, request, exe, mp
 for ctk in sys.argv[1:]:
     saves = pathlib.Path(f"/tmp/slots-{ctk}"); saves.mkdir(exist_ok=True)
     with server(exe, mp, pathlib.Path(f"/tmp/kv-{ctk}.log"), ctk, ctk, ctx=4*512,
