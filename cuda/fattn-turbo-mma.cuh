@@ -123,15 +123,20 @@ static __device__ __forceinline__ uint32_t turbo_u32(const uint16_t lo, const ui
 // over 16 rows; each lane then reads its words from shared memory.
 // v8: whole 16-byte chunks instead (cp.async.cg, a few instructions per chunk, the chunk of each lane fixed for
 // the whole loop): a key's bytes start at an even offset 0..14 of their first chunk, so KC chunks cover them.
+// v11 (VAR 9): staged rows of an odd number of chunks. A turbo3 row at D = 128 is 4 chunks (16 words), so rows g
+// and g + 2 start in the same bank and the lanes of one t (8 rows) read 4-way conflicting words; 5 chunks (20 words)
+// spread the 8 rows over 8 bank offsets (ncu of v10: 61% of the shared wavefronts were conflicts; a model of one
+// step's staged reads, llama8b layout: 112 -> 36 wavefronts). turbo2 at D = 128 is already 3 chunks.
 template <int NB, int KBITS, int VBITS, int VAR>
 struct turbo_mma_stage_cfg {
-    static constexpr bool CHUNKS = VAR == 8;
+    static constexpr bool CHUNKS = VAR >= 8;
+    static constexpr int RC = VAR >= 9 ? 1 : 0;                // v11: rows rounded up to an odd number of chunks
     static constexpr int KBYTES = NB*(KBITS == 3 ? 50 : 34);   // one key's bytes of this head
     static constexpr int VBYTES = NB*(VBITS == 3 ? 50 : 34);
     static constexpr int KC = (KBYTES + 14 + 15)/16;           // v8: 16-byte chunks per key
     static constexpr int VC = (VBYTES + 14 + 15)/16;
-    static constexpr int KW = CHUNKS ? 4*KC : (KBYTES + 2 + 3)/4;   // words per staged key row
-    static constexpr int VW = CHUNKS ? 4*VC : (VBYTES + 2 + 3)/4;
+    static constexpr int KW = CHUNKS ? 4*(KC | RC) : (KBYTES + 2 + 3)/4;   // words per staged key row
+    static constexpr int VW = CHUNKS ? 4*(VC | RC) : (VBYTES + 2 + 3)/4;
     static constexpr int ALIGN = CHUNKS ? 15 : 3;              // a row's start offset in its staged copy: address & ALIGN
     static constexpr int WORDS = TURBO_MMA_KEYS*(KW + VW);     // one stage
     static constexpr int NSTAGE = NB == 1 ? (VAR == 7 ? 5 : 3) : 2; // stages in flight (shared memory: 48 KB static)
@@ -198,7 +203,7 @@ static __device__ __forceinline__ void turbo_mma_stage_chunks(uint32_t * words, 
 // lane's chunks sit at fixed keys kk and chunk numbers c of every tile, and a tile starts at a multiple of 16
 // keys, so (row & 15) does not depend on the tile: each chunk's byte offset from the tile's first row is
 // computed once, and a tile adds t1*16*nb1.
-template <int NC>
+template <int NC, int RW>
 struct turbo_mma_chunk_src {
     static constexpr int SLOTS = (TURBO_MMA_KEYS*NC + WARP_SIZE - 1)/WARP_SIZE;
     int off[SLOTS];
@@ -211,7 +216,7 @@ struct turbo_mma_chunk_src {
             off[s] = (int) (rel - (int64_t) (((uintptr_t) base + rel) & 15) + 16*c);
         }
     }
-    // the 16 rows of tile t1 into words[16][4*NC]; rows past n_kv are zero-filled (from an aligned address)
+    // the 16 rows of tile t1 into words[16][RW] (RW >= 4*NC); rows past n_kv are zero-filled (from an aligned address)
     __device__ __forceinline__ void copy(uint32_t * words, const char * base, const int64_t nb1, const int t1,
             const int n_kv, const int lane) const {
         const uint32_t dst0 = (uint32_t) __cvta_generic_to_shared(words);
@@ -222,7 +227,7 @@ struct turbo_mma_chunk_src {
             const int i = lane + WARP_SIZE*s;
             if (i < TURBO_MMA_KEYS*NC) {
                 const bool ok = t1*TURBO_MMA_KEYS + i / NC < n_kv;
-                turbo_cp_async<16>(dst0 + 16*i, ok ? tile + off[s] : safe, ok ? 16 : 0);
+                turbo_cp_async<16>(dst0 + 4*((i / NC)*RW + 4*(i % NC)), ok ? tile + off[s] : safe, ok ? 16 : 0);
             }
         }
     }
@@ -293,9 +298,10 @@ template <int bits> static __device__ __forceinline__ int turbo_mma_vidx(const u
 // registers capped for TURBO_MMA_MIN_BLOCKS blocks per SM at D = 128 (more warps, a few spilled values);
 // 7 = v5 with 5 stages in the ring at D = 128 (more bytes in flight); 8 = v5 with 16-byte chunk staging and
 // index bytes (turbo_mma_idx4): ncu on v5 showed it bound by instruction issue (~1140 warp instructions per
-// 16-key step, a quarter of them computing the 4-byte copies' addresses, half cutting table indexes)
+// 16-key step, a quarter of them computing the 4-byte copies' addresses, half cutting table indexes); 9 = v8 with
+// staged rows of an odd number of chunks (v11, fewer bank conflicts)
 template <int D, ggml_type type_K, ggml_type type_V, int VAR>
-__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 6 || VAR == 8 ? TURBO_MMA_MIN_BLOCKS : 3) : 1)
+__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 6 || VAR >= 8 ? TURBO_MMA_MIN_BLOCKS : 3) : 1)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     constexpr bool STAGED = VAR >= 5;
 #ifndef AMPERE_MMA_AVAILABLE
@@ -310,7 +316,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
     typedef turbo_mma_stage_cfg<NB, KBITS, VBITS, VAR> cfg;
-    constexpr bool IDX4 = VAR == 8;
+    constexpr bool IDX4 = VAR >= 8;
     constexpr int RING = STAGED ? NW*cfg::NSTAGE*cfg::WORDS : 0;       // staging ring (v5), words
     constexpr int OSZ  = NW*NR*D;                                     // the warps' outputs (epilogue), floats
     __shared__ float    q_sh[NR*QS];
@@ -349,8 +355,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     turbo_mma_step<NB, KBITS, VBITS> cur, nxt;
     uint32_t * ring = ring_os + warp*cfg::NSTAGE*cfg::WORDS;
     // one stage's copies: K rows then V rows of the 16 keys of tile t1
-    turbo_mma_chunk_src<cfg::KC> ksrc;
-    turbo_mma_chunk_src<cfg::VC> vsrc;
+    turbo_mma_chunk_src<cfg::KC, cfg::KW> ksrc;
+    turbo_mma_chunk_src<cfg::VC, cfg::VW> vsrc;
     if (cfg::CHUNKS) {
         ksrc.init(Kb, p.nb11, lane);
         vsrc.init(Vb, p.nb21, lane);
@@ -710,7 +716,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     X(128, GGML_TYPE_TURBO3, 6) X(128, GGML_TYPE_TURBO2, 6) X(256, GGML_TYPE_TURBO3, 6) X(256, GGML_TYPE_TURBO2, 6) \
     X(128, GGML_TYPE_TURBO3, 4) X(128, GGML_TYPE_TURBO2, 4) X(256, GGML_TYPE_TURBO3, 4) X(256, GGML_TYPE_TURBO2, 4) \
     X(128, GGML_TYPE_TURBO3, 7) X(128, GGML_TYPE_TURBO2, 7) \
-    X(128, GGML_TYPE_TURBO3, 8) X(128, GGML_TYPE_TURBO2, 8) X(256, GGML_TYPE_TURBO3, 8) X(256, GGML_TYPE_TURBO2, 8)
+    X(128, GGML_TYPE_TURBO3, 8) X(128, GGML_TYPE_TURBO2, 8) X(256, GGML_TYPE_TURBO3, 8) X(256, GGML_TYPE_TURBO2, 8) \
+    X(128, GGML_TYPE_TURBO3, 9) X(128, GGML_TYPE_TURBO2, 9) X(256, GGML_TYPE_TURBO3, 9) X(256, GGML_TYPE_TURBO2, 9)
 
 template <ggml_type type_K>
 void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const ggml_type type_V, const int var,
@@ -728,7 +735,7 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at whole waves)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const int var) {
-    static int cache[2][2][5] = {};
+    static int cache[2][2][6] = {};
     int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var - 4];
     if (n == 0) {
         const void * fn = nullptr;

@@ -38,41 +38,53 @@ template <> __device__ __forceinline__ half turbo_from_f32<half>(float x) { retu
 
 // ---- SET_ROWS -------------------------------------------------------------------------------------
 
-template <typename src_t, typename idx_t, int bits>
-static __global__ void k_turbo_set_rows(
-        const src_t * __restrict__ src0, const idx_t * __restrict__ src1, char * __restrict__ dst,
-        const int nblk, const int nbr, const int ne01, const int ne02,
-        const int64_t s01, const int64_t s02, const int64_t s03,
-        const int64_t s10, const int64_t s11, const int64_t s12, const int ne11, const int ne12,
-        const size_t nb1, const size_t nb2, const size_t nb3, const int bs, const float * __restrict__ off) {
-    const int wid = turbo_warp_index();
-    const int lane = threadIdx.x % WARP_SIZE;
-    if (wid >= nblk) {
-        return;
-    }
-    const turbo_block_pos pos = turbo_block_at(wid, nbr, ne01, ne02);
-    const int ib = pos.ib, i01 = pos.i1, i02 = pos.i2, i03 = pos.i3;
-    const int i12 = i03 % ne12;
-    const int i11 = i02 % ne11;
-    const int64_t dst_row = (int64_t) src1[i01*s10 + i11*s11 + i12*s12];
+// one SET_ROWS into a turbo tensor, as the kernel sees it (element strides of src0 and src1, byte strides of dst)
+struct turbo_set_rows_job {
+    const void * src0; const void * src1; char * dst;
+    int nblk, nbr, ne01, ne02, ne11, ne12, bs;
+    int64_t s01, s02, s03, s10, s11, s12;
+    size_t nb1, nb2, nb3;
+    const float * off;   // the key offset row subtracted on load (fused SUB), or nullptr
+};
 
-    const src_t * x = src0 + i01*s01 + i02*s02 + i03*s03 + ib*QK_TURBO;
+// one warp per 128-value block of src0: rows go to the dst rows that src1 names
+template <typename src_t, typename idx_t, int bits>
+static __device__ __forceinline__ void turbo_set_rows_block(const turbo_set_rows_job & j, const int wid, const int lane) {
+    const turbo_block_pos pos = turbo_block_at(wid, j.nbr, j.ne01, j.ne02);
+    const int ib = pos.ib, i01 = pos.i1, i02 = pos.i2, i03 = pos.i3;
+    const int i12 = i03 % j.ne12;
+    const int i11 = i02 % j.ne11;
+    const int64_t dst_row = (int64_t) ((const idx_t *) j.src1)[i01*j.s10 + i11*j.s11 + i12*j.s12];
+
+    const src_t * x = (const src_t *) j.src0 + i01*j.s01 + i02*j.s02 + i03*j.s03 + ib*QK_TURBO;
     float v[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         v[k] = turbo_to_f32(x[lane + 32*k]);
-        if (off) {
-            v[k] = __fsub_rn(v[k], off[ib*QK_TURBO + lane + 32*k]);   // ggml_sub's a - b, fused (see below)
+        if (j.off) {
+            v[k] = __fsub_rn(v[k], j.off[ib*QK_TURBO + lane + 32*k]);   // ggml_sub's a - b, fused (see below)
         }
     }
     int codes[4];
     const uint16_t h = turbo_warp_encode<bits>(v, codes, lane);
-    turbo_warp_store<bits>((uint8_t *) (dst + dst_row*nb1 + i02*nb2 + i03*nb3 + ib*bs), h, codes, lane);
+    turbo_warp_store<bits>((uint8_t *) (j.dst + dst_row*j.nb1 + i02*j.nb2 + i03*j.nb3 + ib*j.bs), h, codes, lane);
+}
+
+// job a, then job b (b.nblk = 0 when there is one): a decode step's K and V writes in one launch
+template <typename src_t, typename idx_t, int bits_a, int bits_b>
+static __global__ void k_turbo_set_rows(const turbo_set_rows_job a, const turbo_set_rows_job b) {
+    const int wid = turbo_warp_index();
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (wid < a.nblk) {
+        turbo_set_rows_block<src_t, idx_t, bits_a>(a, wid, lane);
+    } else if (wid < a.nblk + b.nblk) {
+        turbo_set_rows_block<src_t, idx_t, bits_b>(b, wid - a.nblk, lane);
+    }
 }
 
 template <typename src_t, typename idx_t>
-static void turbo_set_rows_launch(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
-        ggml_tensor * dst, const float * off) {
+static turbo_set_rows_job turbo_set_rows_job_of(const ggml_tensor * src0, const ggml_tensor * src1, ggml_tensor * dst,
+        const float * off) {
     GGML_TENSOR_LOCALS(int64_t, ne0, src0, ne)
     GGML_TENSOR_LOCALS(size_t,  nb0, src0, nb)
     GGML_TENSOR_LOCALS(int64_t, ne1, src1, ne)
@@ -82,24 +94,49 @@ static void turbo_set_rows_launch(ggml_backend_cuda_context & ctx, const ggml_te
     GGML_ASSERT(nb00 == sizeof(src_t));
     const int64_t nbr  = ne00 / QK_TURBO;
     const int64_t nblk = nbr*ne01*ne02*ne03;
-    if (nblk == 0) {
-        return;
-    }
     GGML_ASSERT(nblk < INT32_MAX && ne11 < INT32_MAX && ne12 < INT32_MAX);   // the kernel's 32-bit indexes
-    const int bs = (int) ggml_type_size(dst->type);
-    const int64_t s01 = nb01/sizeof(src_t), s02 = nb02/sizeof(src_t), s03 = nb03/sizeof(src_t);
-    const int64_t s10 = nb10/sizeof(idx_t), s11 = nb11/sizeof(idx_t), s12 = nb12/sizeof(idx_t);
-    cudaStream_t stream = ctx.stream();
-    const dim3 grid = turbo_grid(nblk);
+    turbo_set_rows_job j;
+    j.src0 = src0->data; j.src1 = src1->data; j.dst = (char *) dst->data;
+    j.nblk = (int) nblk; j.nbr = (int) nbr; j.ne01 = (int) ne01; j.ne02 = (int) ne02;
+    j.ne11 = (int) ne11; j.ne12 = (int) ne12; j.bs = (int) ggml_type_size(dst->type);
+    j.s01 = nb01/sizeof(src_t); j.s02 = nb02/sizeof(src_t); j.s03 = nb03/sizeof(src_t);
+    j.s10 = nb10/sizeof(idx_t); j.s11 = nb11/sizeof(idx_t); j.s12 = nb12/sizeof(idx_t);
+    j.nb1 = nb1; j.nb2 = nb2; j.nb3 = nb3;
+    j.off = off;
+    return j;
+}
+
+template <typename src_t, typename idx_t, int bits_a>
+static void turbo_set_rows_launch_b(cudaStream_t stream, const turbo_set_rows_job & a, const turbo_set_rows_job & b, const int bits_b) {
+    const dim3 grid = turbo_grid((int64_t) a.nblk + b.nblk);
     const dim3 block(TURBO_WARPS_PER_BLOCK*WARP_SIZE);
-    if (dst->type == GGML_TYPE_TURBO3) {
-        k_turbo_set_rows<src_t, idx_t, 3><<<grid, block, 0, stream>>>((const src_t *) src0->data, (const idx_t *) src1->data,
-            (char *) dst->data, nblk, nbr, ne01, ne02, s01, s02, s03, s10, s11, s12, ne11, ne12, nb1, nb2, nb3, bs, off);
+    if (bits_b == 3) {
+        k_turbo_set_rows<src_t, idx_t, bits_a, 3><<<grid, block, 0, stream>>>(a, b);
     } else {
-        k_turbo_set_rows<src_t, idx_t, 2><<<grid, block, 0, stream>>>((const src_t *) src0->data, (const idx_t *) src1->data,
-            (char *) dst->data, nblk, nbr, ne01, ne02, s01, s02, s03, s10, s11, s12, ne11, ne12, nb1, nb2, nb3, bs, off);
+        k_turbo_set_rows<src_t, idx_t, bits_a, 2><<<grid, block, 0, stream>>>(a, b);
     }
     CUDA_CHECK(cudaGetLastError());
+}
+
+// writes a (and b, when given: same source and index types) with one launch
+template <typename src_t, typename idx_t>
+static void turbo_set_rows_launch(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
+        ggml_tensor * dst, const float * off, const ggml_tensor * src0_b = nullptr, ggml_tensor * dst_b = nullptr) {
+    const turbo_set_rows_job a = turbo_set_rows_job_of<src_t, idx_t>(src0, src1, dst, off);
+    turbo_set_rows_job b = a;
+    b.nblk = 0;
+    if (dst_b) {
+        b = turbo_set_rows_job_of<src_t, idx_t>(src0_b, dst_b->src[1], dst_b, nullptr);
+    }
+    if ((int64_t) a.nblk + b.nblk == 0) {
+        return;
+    }
+    const int bits_b = turbo_bits(dst_b ? dst_b->type : dst->type);
+    if (dst->type == GGML_TYPE_TURBO3) {
+        turbo_set_rows_launch_b<src_t, idx_t, 3>(ctx.stream(), a, b, bits_b);
+    } else {
+        turbo_set_rows_launch_b<src_t, idx_t, 2>(ctx.stream(), a, b, bits_b);
+    }
 }
 
 static void turbo_set_rows_dispatch(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
@@ -134,11 +171,36 @@ bool ggml_cuda_turbo_set_rows_sub_fusable(const ggml_tensor * sub, const ggml_te
     return ggml_cuda_is_turbo_type(set_rows->type) && sub->type == GGML_TYPE_F32 && a->type == GGML_TYPE_F32 &&
         off->type == GGML_TYPE_F32 && ggml_are_same_shape(a, sub) && a->nb[0] == sizeof(float) &&
         ggml_is_contiguous(off) && off->ne[0] == a->ne[0] && ggml_nelements(off) == off->ne[0] &&
-        a->ne[0] % QK_TURBO == 0;
+        a->ne[0] % QK_TURBO == 0 && (set_rows->src[1]->type == GGML_TYPE_I64 || set_rows->src[1]->type == GGML_TYPE_I32);
 }
 
 void ggml_cuda_turbo_set_rows_sub(ggml_backend_cuda_context & ctx, const ggml_tensor * sub, ggml_tensor * set_rows) {
     turbo_set_rows_dispatch(ctx, sub->src[0], set_rows->src[1], set_rows, (const float *) sub->src[1]->data);
+}
+
+// the V write that llama issues right after the K write (only views between them): it joins the fused K write
+// when it is a SET_ROWS of f32 rows into a turbo tensor with the same index type, so that a decode step's two
+// cache writes are one launch instead of two (each is a few microseconds of latency for one row per layer)
+bool ggml_cuda_turbo_set_rows_pair_fusable(const ggml_tensor * set_rows_k, const ggml_tensor * set_rows_v) {
+    if (set_rows_v->op != GGML_OP_SET_ROWS || !ggml_cuda_is_turbo_type(set_rows_v->type)) {
+        return false;
+    }
+    const ggml_tensor * x = set_rows_v->src[0];
+    const ggml_tensor * idx = set_rows_v->src[1];
+    return x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[0] % QK_TURBO == 0 &&
+        idx->type == set_rows_k->src[1]->type && set_rows_v->data != set_rows_k->data &&
+        x != set_rows_k && x->view_src != set_rows_k;
+}
+
+void ggml_cuda_turbo_set_rows_sub_pair(ggml_backend_cuda_context & ctx, const ggml_tensor * sub, ggml_tensor * set_rows_k,
+        ggml_tensor * set_rows_v) {
+    ggml_cuda_turbo_check_tables();
+    const float * off = (const float *) sub->src[1]->data;
+    if (set_rows_k->src[1]->type == GGML_TYPE_I64) {
+        turbo_set_rows_launch<float, int64_t>(ctx, sub->src[0], set_rows_k->src[1], set_rows_k, off, set_rows_v->src[0], set_rows_v);
+    } else {
+        turbo_set_rows_launch<float, int32_t>(ctx, sub->src[0], set_rows_k->src[1], set_rows_k, off, set_rows_v->src[0], set_rows_v);
+    }
 }
 
 // ---- CPY ------------------------------------------------------------------------------------------

@@ -22,6 +22,10 @@ void ggml_cuda_turbo_set_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst
 // SUB (one f32 row, broadcast) then SET_ROWS into a turbo tensor, as one kernel (llama's turbo key offset)
 bool ggml_cuda_turbo_set_rows_sub_fusable(const ggml_tensor * sub, const ggml_tensor * set_rows);
 void ggml_cuda_turbo_set_rows_sub(ggml_backend_cuda_context & ctx, const ggml_tensor * sub, ggml_tensor * set_rows);
+// ... and the V write that follows it (SET_ROWS of f32 rows into a turbo tensor), all in one launch
+bool ggml_cuda_turbo_set_rows_pair_fusable(const ggml_tensor * set_rows_k, const ggml_tensor * set_rows_v);
+void ggml_cuda_turbo_set_rows_sub_pair(ggml_backend_cuda_context & ctx, const ggml_tensor * sub, ggml_tensor * set_rows_k,
+        ggml_tensor * set_rows_v);
 void ggml_cuda_turbo_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, ggml_tensor * src1);
 bool ggml_cuda_turbo_cpy_supported(const ggml_tensor * src0, const ggml_tensor * src1);
 
