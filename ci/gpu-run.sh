@@ -6,7 +6,7 @@
 #     calls 2..6: `model` (one part of the Gemma GGUF each: .devcarry/m1/p1 .. m5/p5, split so that a part plus
 #     the repo stays under the 64 MiB a call carries)
 #     then `wait model test ppl cli`, `kv bench` ...
-#   bench runs (TL_BENCH, default main): main, deep (128K), v3, mma4..mma8 (TURBO_FA_MMA), hf (TURBO_FA_HEADS_FIRST=1),
+#   bench runs (TL_BENCH, default main): main, deep (128K), v3, mma4..mma9 (TURBO_FA_MMA), hf (TURBO_FA_HEADS_FIRST=1),
 #   pre0 (TURBO_FA_PREFILL=0: the generic prefill conversion), nooff (TURBO_K_OFFSET=0)
 # Needs .devcarry/tree.tar.gz: the stripped upstream tree (b11312) with our overlay + patches applied
 # (made by ci/make-devcarry.sh from the patched dev tree: git archive minus docs/ models/ media/, unused backends).

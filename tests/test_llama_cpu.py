@@ -86,6 +86,20 @@ def test_backend_ops_cpu_turbo_attention_matches_reference(llama_build_bin):
         assert case in text, case
 
 
+def test_backend_ops_cpu_turbo_cache_writes_match_reference(llama_build_bin):
+    """The cache-write cases that the CUDA backend fuses (patch 0013: key offset + K write; 0017: the V write after
+    it in the same launch) run on the CPU against its reference too, both caches compared (fusion_test_nodes)."""
+    out = subprocess.run([str(llama_build_bin("test-backend-ops")), "-b", "CPU", "-o", "SUB_SET_ROWS", "-p", "turbo"],
+                         capture_output=True, text=True, timeout=600)
+    text = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
+    m = re.search(r"(\d+)/(\d+) tests passed", text)
+    assert out.returncode == 0 and m and m.group(1) == m.group(2), text[-3000:]
+    assert int(m.group(2)) >= 20, m.group(0)
+    for case in ("type=turbo3,ne_k=[128,8,1],n_rows=1024,type_v=turbo2,with_v=1",
+                 "type=turbo2,ne_k=[256,1,1],n_rows=64,type_v=turbo3,with_v=1"):
+        assert case + "): OK" in text, case
+
+
 def test_backend_ops_lists_turbo_flash_attention(llama_build_bin):
     # with only the CPU backend nothing is compared; 'support' mode on CPU lists every case it knows
     out = subprocess.run([str(llama_build_bin("test-backend-ops")), "support", "-b", "CPU", "-o", "FLASH_ATTN_EXT",
