@@ -153,11 +153,11 @@ if [[ " $PHASES " == *" test "* ]]; then
         "$B/test-backend-ops" perf -b CUDA0 -o SET_ROWS > "$OUT/perf.log" 2>&1
         "$B/test-backend-ops" perf -b CUDA0 -o CPY >> "$OUT/perf.log" 2>&1
         "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$FA_PERF" >> "$OUT/perf.log" 2>&1
-        # an older kernel variant on the same turbo cases, for the per-version notes (TL_PERF_VARIANT=TURBO_FA_MMA=5)
-        if [ -n "${TL_PERF_VARIANT:-}" ]; then
-            echo "=== $TL_PERF_VARIANT" >> "$OUT/perf.log"
-            env $TL_PERF_VARIANT "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$FA_PERF.*type_K=turbo" >> "$OUT/perf.log" 2>&1
-        fi
+        # other kernel variants on the same turbo cases, for the per-version notes (TL_PERF_VARIANT="TURBO_FA_MMA=8 TURBO_FA_MMA=10")
+        for pv in ${TL_PERF_VARIANT:-}; do
+            echo "=== $pv" >> "$OUT/perf.log"
+            env $pv "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$FA_PERF.*type_K=turbo" >> "$OUT/perf.log" 2>&1
+        done
         sed 's/\x1b\[[0-9;]*m//g' "$OUT/perf.log" | grep -E "ne=\[1024,4096,1,1\]|ne_src=\[1024,4096,1,1\]" | grep "GB/s" >> "$OUT/summary.txt"
         sed 's/\x1b\[[0-9;]*m//g' "$OUT/perf.log" | grep -E "FLASH_ATTN_EXT.*nh=8,nr23=\[4,1\]|^=== " | grep -E "us/run|^=== " \
             | sed -E 's/max_bias=.*type_K=/type_K=/; s/,permute=[^)]*//' >> "$OUT/summary.txt"
