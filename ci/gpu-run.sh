@@ -148,7 +148,7 @@ if [[ " $PHASES " == *" test "* ]]; then
             done
         fi
     done
-    if [ -n "${TL_PERF:-1}" ]; then
+    if [ -n "${TL_PERF-1}" ]; then   # TL_PERF= (empty) leaves the perf cases out
         # the KV write per cache type and a plain copy of the same f32 rows (patch 0010's perf cases)
         "$B/test-backend-ops" perf -b CUDA0 -o SET_ROWS > "$OUT/perf.log" 2>&1
         "$B/test-backend-ops" perf -b CUDA0 -o CPY >> "$OUT/perf.log" 2>&1
