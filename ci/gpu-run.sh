@@ -168,13 +168,17 @@ fi
 if [[ " $PHASES " == *" ncu "* ]]; then
     # hardware counters of one decode call (patch 0010's perf case) per kernel: stall reasons, bytes, occupancy
     if command -v ncu > /dev/null; then
+        # spec TYPE:KV:KERNEL (the decode case), or OP:FILTER:KERNEL for another perf case (e.g.
+        # "SET_ROWS:type_dst=turbo3,.*r=4096:k_turbo_set_rows", the bulk KV write)
         for spec in ${TL_NCU:-"turbo3:131072:k_turbo_fattn_mma" "f16:131072:flash_attn" "turbo3:32768:k_turbo_fattn_mma"}; do
             IFS=: read -r ty kv kern <<< "$spec"
-            f="$OUT/ncu-$ty-$kv.txt"
+            op=FLASH_ATTN_EXT; filt="nh=8,nr23=\[4,1\],kv=$kv,nb=1,.*type_K=$ty,type_V=$ty"
+            case "$ty" in [A-Z]*) op=$ty; filt=$kv; kv=${kern} ;; esac
+            f="$OUT/ncu-$ty-${kv//[^A-Za-z0-9_]/_}.txt"
             # plus the stall reasons per issued instruction and every pipe's utilisation (not printed by --set full)
             timeout ${TL_NCU_TIMEOUT:-150} ncu --clock-control none --set full -k "regex:$kern" -c 1 \
                 --metrics "regex:smsp__average_warps_issue_stalled_.*_per_issue_active\.ratio,regex:sm__(inst_executed_pipe|pipe)_.*\.avg\.pct_of_peak_sustained_active,l1tex__data_pipe_lsu_wavefronts_mem_shared.sum,smsp__inst_executed.sum" \
-                "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "nh=8,nr23=\[4,1\],kv=$kv,nb=1,.*type_K=$ty,type_V=$ty" > "$f" 2>&1
+                "$B/test-backend-ops" perf -b CUDA0 -o $op -p "$filt" > "$f" 2>&1
             log "ncu $ty kv=$kv ($kern): rc=$? | $(grep -E '^ +(Duration|Memory Throughput|DRAM Throughput|Achieved Occupancy|Registers Per Thread) ' "$f" | tr -s ' ' | tr '\n' ';' | head -c 400)"
         done
     else
