@@ -129,6 +129,10 @@ if [[ " $PHASES " == *" test "* ]]; then
     log "bit-exactness of the CUDA write path"
     "$B/test-turbo-cuda" > "$OUT/bitexact.log" 2>&1; log "test-turbo-cuda rc=$?"
     grep "BITEXACT" "$OUT/bitexact.log" | tee -a "$OUT/summary.txt"
+    for bv in ${TL_BITEXACT_VARIANTS:-}; do   # e.g. TURBO_SET_ROWS=4 (another write kernel)
+        env $bv "$B/test-turbo-cuda" > "$OUT/bitexact-$bv.log" 2>&1; log "$bv test-turbo-cuda rc=$?"
+        grep "BITEXACT" "$OUT/bitexact-$bv.log" | tee -a "$OUT/summary.txt"
+    done
     : > "$OUT/tbo.log"
     # CPY turbo -> f16 is left out: the CPU reference (ggml-cpu dup) aborts on quantized -> f16 (lead's side)
     # spec: [ENV=VALUE:]OP|FILTER; the default kernel first, then the other variants on the pairs they serve
@@ -157,9 +161,11 @@ if [[ " $PHASES " == *" test "* ]]; then
         for pv in ${TL_PERF_VARIANT:-}; do
             echo "=== $pv" >> "$OUT/perf.log"
             env $pv "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$FA_PERF.*type_K=turbo" >> "$OUT/perf.log" 2>&1
+            env $pv "$B/test-backend-ops" perf -b CUDA0 -o SET_ROWS -p "type_dst=turbo" >> "$OUT/perf.log" 2>&1
         done
-        sed 's/\x1b\[[0-9;]*m//g' "$OUT/perf.log" | grep -E "ne=\[1024,4096,1,1\]|ne_src=\[1024,4096,1,1\]" | grep "GB/s" >> "$OUT/summary.txt"
-        sed 's/\x1b\[[0-9;]*m//g' "$OUT/perf.log" | grep -E "FLASH_ATTN_EXT.*nh=8,nr23=\[4,1\]|^=== " | grep -E "us/run|^=== " \
+        # in file order: the write cases (GB/s), the decode cases (us/run), each variant after its === line
+        sed 's/\x1b\[[0-9;]*m//g' "$OUT/perf.log" \
+            | grep -E "((ne=|ne_src=)\[1024,4096,1,1\].*GB/s)|(FLASH_ATTN_EXT.*nh=8,nr23=\[4,1\].*us/run)|^=== " \
             | sed -E 's/max_bias=.*type_K=/type_K=/; s/,permute=[^)]*//' >> "$OUT/summary.txt"
     fi
     grep -E "FAIL|not supported" "$OUT/tbo.log" | head -40 >> "$OUT/summary.txt"
