@@ -69,32 +69,35 @@ def test_quantize_fns_cover_turbo(llama_build_bin):
         assert re.search(rf"{t} absolute quantization error:\s+ok", out.stdout), out.stdout
 
 
-def test_backend_ops_cpu_turbo_attention_matches_reference(llama_build_bin):
-    """test-backend-ops in test mode on the CPU compares each case against the CPU backend's reference
-    implementation (use_ref: no tiling, no KV split, no GQA grouping): every turbo flash-attention case, decode
-    (patch 0015's GQA path: keys split across threads, one read of each key per group, for turbo/turbo and mixed
-    pairs alike), prefill (patch 0009's tiles; 0016: mixed pairs too), sinks, ALiBi and softcapping."""
-    out = subprocess.run([str(llama_build_bin("test-backend-ops")), "-b", "CPU", "-o", "FLASH_ATTN_EXT", "-p", "turbo"],
-                         capture_output=True, text=True, timeout=900)
+def backend_ops_cpu(llama_build_bin, op: str, min_cases: int, timeout: int = 1200) -> str:
+    """test-backend-ops in test mode on the CPU backend, which compares each case of op whose name matches
+    'turbo' against the CPU backend's reference implementation; asserts every case passed, returns the output."""
+    out = subprocess.run([str(llama_build_bin("test-backend-ops")), "test", "-b", "CPU", "-o", op, "-p", "turbo"],
+                         capture_output=True, text=True, timeout=timeout)
     text = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
     m = re.search(r"(\d+)/(\d+) tests passed", text)
     assert out.returncode == 0 and m and m.group(1) == m.group(2), text[-3000:]
-    assert int(m.group(2)) >= 500, m.group(0)   # the turbo cases of patches 0005, 0013, 0015 (0016: mixed prefill)
+    assert int(m.group(2)) >= min_cases, m.group(0)
+    return text
+
+
+def test_backend_ops_cpu_turbo_attention_matches_reference(llama_build_bin):
+    """Every turbo flash-attention case against the CPU backend's reference implementation (use_ref: one query row
+    at a time, no tiling, no KV split, no GQA grouping): decode (patch 0015's GQA path: keys split across threads,
+    one read of each key per group, for turbo/turbo and mixed pairs alike), prefill (the nb=512 cases: patch
+    0009's tiles decoded once in the rotated domain; 0016: mixed pairs too), sinks, ALiBi and softcapping."""
+    text = backend_ops_cpu(llama_build_bin, "FLASH_ATTN_EXT", 500)   # the turbo cases of patches 0005, 0013, 0015
     for case in ("nb=1,mask=1,sinks=0,max_bias=8.000000", "logit_softcap=30.000000", "nr23=[8,1],kv=1024,nb=1",
                  "nr23=[4,1],kv=1024,nb=1,mask=1,sinks=0,max_bias=0.000000,logit_softcap=0.000000,prec=f32,"
                  "type_K=q8_0,type_V=turbo3"):   # a mixed pair's GQA decode
         assert case in text, case
+    assert re.search(r"nb=512,.*type_K=turbo3,type_V=turbo3.*OK", text), "no tiled-path case ran"
 
 
 def test_backend_ops_cpu_turbo_cache_writes_match_reference(llama_build_bin):
     """The cache-write cases that the CUDA backend fuses (patch 0013: key offset + K write; 0017: the V write after
     it in the same launch) run on the CPU against its reference too, both caches compared (fusion_test_nodes)."""
-    out = subprocess.run([str(llama_build_bin("test-backend-ops")), "-b", "CPU", "-o", "SUB_SET_ROWS", "-p", "turbo"],
-                         capture_output=True, text=True, timeout=600)
-    text = re.sub(r"\x1b\[[0-9;]*m", "", out.stdout + out.stderr)
-    m = re.search(r"(\d+)/(\d+) tests passed", text)
-    assert out.returncode == 0 and m and m.group(1) == m.group(2), text[-3000:]
-    assert int(m.group(2)) >= 20, m.group(0)
+    text = backend_ops_cpu(llama_build_bin, "SUB_SET_ROWS", 20, timeout=600)
     for case in ("type=turbo3,ne_k=[128,8,1],n_rows=1024,type_v=turbo2,with_v=1",
                  "type=turbo2,ne_k=[256,1,1],n_rows=64,type_v=turbo3,with_v=1"):
         assert case + "): OK" in text, case
@@ -225,16 +228,3 @@ def test_key_offsets_do_not_depend_on_the_ubatch_size(llama_tool, model_path):
         return int(m.group(1)), int(m.group(2)), int(m.group(3))
     whole, split = probe("512"), probe("8")
     assert whole[0] >= 100 and whole == split, (whole, split)
-
-
-def test_cpu_flash_attention_matches_the_reference_path(llama_build_bin):
-    """Every turbo FLASH_ATTN_EXT case of test-backend-ops on the CPU backend against the CPU reference path
-    (use_ref: one query row at a time). The nb=512 cases with equal K/V types run patch 0009's tiled prefill
-    path (K/V tiles decoded once in the rotated domain), the others the fused per-row path."""
-    out = subprocess.run([str(llama_build_bin("test-backend-ops")), "test", "-b", "CPU", "-o", "FLASH_ATTN_EXT",
-                          "-p", "turbo"], capture_output=True, text=True, timeout=1200)
-    text = out.stdout + out.stderr
-    assert out.returncode == 0, text[-3000:]
-    m = re.search(r"(\d+)/(\d+) tests passed", text)
-    assert m and m.group(1) == m.group(2) and int(m.group(2)) >= 400, text[-2000:]
-    assert re.search(r"nb=512,.*type_K=turbo3,type_V=turbo3.*OK", text), "no tiled-path case ran"
