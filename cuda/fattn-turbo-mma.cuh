@@ -299,9 +299,9 @@ template <int bits> static __device__ __forceinline__ int turbo_mma_vidx(const u
 // 7 = v5 with 5 stages in the ring at D = 128 (more bytes in flight); 8 = v5 with 16-byte chunk staging and
 // index bytes (turbo_mma_idx4): ncu on v5 showed it bound by instruction issue (~1140 warp instructions per
 // 16-key step, a quarter of them computing the 4-byte copies' addresses, half cutting table indexes); 9 = v8 with
-// staged rows of an odd number of chunks (v11, fewer bank conflicts)
+// staged rows of an odd number of chunks (v11, fewer bank conflicts); 10, 11 = v12 (below)
 template <int D, ggml_type type_K, ggml_type type_V, int VAR>
-__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 6 || VAR >= 8 ? TURBO_MMA_MIN_BLOCKS : 3) : 1)
+__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 10 ? TURBO_MMA_MIN_BLOCKS + 1 : VAR == 6 || VAR >= 8 ? TURBO_MMA_MIN_BLOCKS : 3) : 1)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     constexpr bool STAGED = VAR >= 5;
 #ifndef AMPERE_MMA_AVAILABLE
@@ -317,12 +317,18 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 
     typedef turbo_mma_stage_cfg<NB, KBITS, VBITS, VAR> cfg;
     constexpr bool IDX4 = VAR >= 8;
+    // v12 (VAR 10 and 11, D = 128, not measured yet): q's B fragments read from shared memory every step instead of
+    // held in 16 registers, and two S accumulators (even/odd 16-dim chunks: two mma chains of 4 instead of one of 8).
+    // 10: registers capped for 5 blocks (20 warps) per SM, run 11's ncu having found the loop latency-bound with 3.7
+    // warps per scheduler (static: 96 registers, 22 spilled values reloaded per step); 11: 4 blocks, no spills
+    constexpr bool QSH = VAR >= 10;
     constexpr int RING = STAGED ? NW*cfg::NSTAGE*cfg::WORDS : 0;       // staging ring (v5), words
     constexpr int OSZ  = NW*NR*D;                                     // the warps' outputs (epilogue), floats
     __shared__ float    q_sh[NR*QS];
     __shared__ __align__(256) uint32_t pairK[64];
     __shared__ __align__(256) uint32_t pairV[64];
     __shared__ float    Ms[NW*NR], Ls[NW*NR];
+    __shared__ uint2    qf_sh[QSH ? NB*8*WARP_SIZE : 1];       // v12: the lanes' B fragments of Q^T
     __shared__ uint32_t ring_os[RING > OSZ ? RING : OSZ];             // the ring is dead when the outputs are written
     float * Os = (float *) ring_os;
 
@@ -421,13 +427,30 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     }
     __syncthreads();
     // B fragments of Q^T: chunk c = 8*blk + cc holds dims 128 blk + 32t + 4cc + {0,1} (b0), {2,3} (b1) of row g
-    uint32_t qb[NB*8][2];
+    uint32_t qb[QSH ? 1 : NB*8][2];
 #pragma unroll
     for (int c = 0; c < NB*8; ++c) {
         const float * qr = q_sh + g*QS + (c >> 3)*QK_TURBO + 32*t + 4*(c & 7);
-        qb[c][0] = turbo_h2_bits(qr[0]*TURBO_CUDA_INV_SQRT_QK, qr[1]*TURBO_CUDA_INV_SQRT_QK);
-        qb[c][1] = turbo_h2_bits(qr[2]*TURBO_CUDA_INV_SQRT_QK, qr[3]*TURBO_CUDA_INV_SQRT_QK);
+        const uint32_t b0 = turbo_h2_bits(qr[0]*TURBO_CUDA_INV_SQRT_QK, qr[1]*TURBO_CUDA_INV_SQRT_QK);
+        const uint32_t b1 = turbo_h2_bits(qr[2]*TURBO_CUDA_INV_SQRT_QK, qr[3]*TURBO_CUDA_INV_SQRT_QK);
+        if (QSH) {
+            if (warp == 0) {
+                qf_sh[c*WARP_SIZE + lane] = make_uint2(b0, b1);   // the same for every warp
+            }
+        } else {
+            qb[c][0] = b0; qb[c][1] = b1;
+        }
     }
+    if (QSH) {
+        __syncthreads();
+    }
+    // B fragments of chunk c (registers, or shared memory for v12)
+    auto qfrag = [&](const int c) -> uint2 {
+        if (QSH) {
+            return qf_sh[c*WARP_SIZE + lane];
+        }
+        return make_uint2(qb[QSH ? 0 : c][0], qb[QSH ? 0 : c][1]);
+    };
 
     // rows of this lane in S^T and O^T: 2t, 2t+1
     float slope[2];
@@ -523,6 +546,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 }
             }
             float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+            float sb2[4] = {0.0f, 0.0f, 0.0f, 0.0f};   // v12: odd chunks (a second, independent mma chain)
             if (IDX4) {
                 // per key: index words of pairs 0,2,4,6 | 1,3,5,7 (lo0) and 8,10,12,14 | 9,11,13,15 (lo1)
                 uint32_t ix[2][4];
@@ -541,7 +565,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                     a[1] = turbo_mma_pick(pairK_sh, ix[1][w],     n);
                     a[2] = turbo_mma_pick(pairK_sh, ix[0][w + 1], n + 1);
                     a[3] = turbo_mma_pick(pairK_sh, ix[1][w + 1], n + 1);
-                    turbo_mma_16816(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
+                    const uint2 qq = qfrag(8*b + cc);
+                    turbo_mma_16816(QSH && (cc & 1) ? sb2 : sb, a, qq.x, qq.y);
                 }
             } else {
 #pragma unroll
@@ -551,11 +576,18 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                     a[1] = pairK[turbo_mma_kidx<KBITS>(lo0[1], lo1[1], hi[1], 2*cc)];
                     a[2] = pairK[turbo_mma_kidx<KBITS>(lo0[0], lo1[0], hi[0], 2*cc + 1)];
                     a[3] = pairK[turbo_mma_kidx<KBITS>(lo0[1], lo1[1], hi[1], 2*cc + 1)];
-                    turbo_mma_16816(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
+                    const uint2 qq = qfrag(8*b + cc);
+                    turbo_mma_16816(sb, a, qq.x, qq.y);
                 }
             }
             const float n0 = __half2float(__ushort_as_half((uint16_t) (STAGED ? turbo_sh_u16(kst + g*cfg::KW, ksh[0] + b*KBS) : cur.kn[0][b])));
             const float n1 = __half2float(__ushort_as_half((uint16_t) (STAGED ? turbo_sh_u16(kst + (g + 8)*cfg::KW, ksh[1] + b*KBS) : cur.kn[1][b])));
+            if (QSH) {
+#pragma unroll
+                for (int e = 0; e < 4; ++e) {
+                    sb[e] += sb2[e];
+                }
+            }
             s[0] += sb[0]*n0; s[1] += sb[1]*n0;
             s[2] += sb[2]*n1; s[3] += sb[3]*n1;
         }
@@ -717,7 +749,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     X(128, GGML_TYPE_TURBO3, 4) X(128, GGML_TYPE_TURBO2, 4) X(256, GGML_TYPE_TURBO3, 4) X(256, GGML_TYPE_TURBO2, 4) \
     X(128, GGML_TYPE_TURBO3, 7) X(128, GGML_TYPE_TURBO2, 7) \
     X(128, GGML_TYPE_TURBO3, 8) X(128, GGML_TYPE_TURBO2, 8) X(256, GGML_TYPE_TURBO3, 8) X(256, GGML_TYPE_TURBO2, 8) \
-    X(128, GGML_TYPE_TURBO3, 9) X(128, GGML_TYPE_TURBO2, 9) X(256, GGML_TYPE_TURBO3, 9) X(256, GGML_TYPE_TURBO2, 9)
+    X(128, GGML_TYPE_TURBO3, 9) X(128, GGML_TYPE_TURBO2, 9) X(256, GGML_TYPE_TURBO3, 9) X(256, GGML_TYPE_TURBO2, 9) \
+    X(128, GGML_TYPE_TURBO3, 10) X(128, GGML_TYPE_TURBO2, 10) X(128, GGML_TYPE_TURBO3, 11) X(128, GGML_TYPE_TURBO2, 11)
 
 template <ggml_type type_K>
 void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const ggml_type type_V, const int var,
@@ -735,7 +768,7 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at whole waves)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const int var) {
-    static int cache[2][2][6] = {};
+    static int cache[2][2][8] = {};
     int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var - 4];
     if (n == 0) {
         const void * fn = nullptr;

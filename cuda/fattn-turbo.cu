@@ -78,13 +78,14 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     static const bool force_v3 = ggml_cuda_turbo_env_int("TURBO_FA_V3", 0) != 0;
     const bool use_mma = !force_v3 && ggml_cuda_is_turbo_type(K->type) && ggml_cuda_is_turbo_type(V->type) &&
         ampere_mma_available(ggml_cuda_info().devices[id].cc);
-    // kernel variant (see fattn-turbo-mma.cuh): 9 by default; TURBO_FA_MMA=4..8 picks an older one for comparisons
+    // kernel variant (see fattn-turbo-mma.cuh): 9 by default; TURBO_FA_MMA=4..8 picks an older one for comparisons,
+    // 10 and 11 candidates not measured yet
     static const int mma_env = ggml_cuda_turbo_env_int("TURBO_FA_MMA", 9);
-    static const int mma_var = mma_env >= 4 && mma_env <= 9 ? mma_env : 9;
+    static const int mma_var = mma_env >= 4 && mma_env <= 11 ? mma_env : 9;
     // TURBO_FA_HEADS_FIRST=1: heads in blockIdx.x (not yet measured on a GPU; see results/cuda-fa-notes.md)
     static const bool heads_first = ggml_cuda_turbo_env_int("TURBO_FA_HEADS_FIRST", 0) != 0;
     static const int  waves       = std::max(1, ggml_cuda_turbo_env_int("TURBO_FA_WAVES", 1));   // decode split target, in waves
-    const int var = mma_var == 7 && D != 128 ? 5 : mma_var;   // variant 7 exists for D = 128 only
+    const int var = mma_var == 7 && D != 128 ? 5 : mma_var >= 10 && D != 128 ? 9 : mma_var;   // 7, 10, 11: D = 128 only
 
     const int R     = gqa*n_q;
     const int ncols = use_mma ? TURBO_MMA_ROWS : (R <= 4 ? 4 : 8);
