@@ -46,7 +46,13 @@ template <int D, bool V_turbo, int NCOLS>
 static void turbo_fattn_combine_launch(cudaStream_t stream, const float * part_acc, const float2 * part_meta, const float * sinks,
         float * dst, int n_split, int nrg, int gqa, int n_q, int n_head, int n_head_kv, int ne3) {
     const dim3 grid(NCOLS, n_head_kv*nrg, ne3);
-    k_turbo_fattn_combine<D, V_turbo, NCOLS><<<grid, D, 0, stream>>>(part_acc, part_meta, sinks, dst, n_split, nrg, gqa, n_q, n_head);
+    // TURBO_FA_COMBINE=0: the block-wide merge (shared-memory FWHT) instead of the warp one, for comparisons
+    static const bool warp_merge = ggml_cuda_turbo_env_int("TURBO_FA_COMBINE", 1) != 0;
+    if (warp_merge) {
+        k_turbo_fattn_combine_warp<D, V_turbo, NCOLS><<<grid, D/4, 0, stream>>>(part_acc, part_meta, sinks, dst, n_split, nrg, gqa, n_q, n_head);
+    } else {
+        k_turbo_fattn_combine<D, V_turbo, NCOLS><<<grid, D, 0, stream>>>(part_acc, part_meta, sinks, dst, n_split, nrg, gqa, n_q, n_head);
+    }
 }
 
 void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {

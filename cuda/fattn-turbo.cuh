@@ -517,6 +517,75 @@ static __global__ void k_turbo_fattn_combine(const float * __restrict__ part_acc
     dst[(((int64_t) iq3*n_q + j)*n_head + h)*D + tid] = v;
 }
 
+// the same merge with the inverse rotation in registers (gpu-next, not measured yet): one warp per 128-block of
+// the row, 4 values per lane, the FWHT by shuffles (turbo_warp_fwht: the same float operations in the same order
+// as the shared-memory butterflies above, so the output is bit-identical) instead of 7 stages with two block
+// barriers each; at depth 0 the merge is a launch per layer on the decode step's critical path
+template <int D, bool V_turbo, int NCOLS>
+__launch_bounds__(D/4)
+static __global__ void k_turbo_fattn_combine_warp(const float * __restrict__ part_acc, const float2 * __restrict__ part_meta,
+        const float * __restrict__ sinks, float * __restrict__ dst, const int n_split, const int nrg, const int gqa,
+        const int n_q, const int n_head) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int blk  = threadIdx.x / WARP_SIZE;   // 128-block of the row
+    const int r    = blockIdx.x;
+    const int y    = blockIdx.y;
+    const int iq3  = blockIdx.z;
+    const int hk   = y / nrg, rg = y % nrg;
+    const int rho  = rg*NCOLS + r;
+    if (rho >= gqa*n_q) {
+        return;
+    }
+    const int j = rho / gqa, h = hk*gqa + rho % gqa;
+    const int64_t slot0 = ((int64_t) (iq3*gridDim.y + y))*n_split;
+
+    float M = -INFINITY;
+    for (int s = 0; s < n_split; ++s) {
+        M = fmaxf(M, part_meta[(slot0 + s)*NCOLS + r].x);
+    }
+    const float sink = sinks ? sinks[h] : -INFINITY;
+    M = fmaxf(M, sink);
+    float S = 0.0f, a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (M != -INFINITY) {
+        for (int s = 0; s < n_split; ++s) {
+            const float2 ms = part_meta[(slot0 + s)*NCOLS + r];
+            if (ms.x == -INFINITY) {
+                continue;
+            }
+            const float f = expf(ms.x - M);
+            S += ms.y*f;
+            const float * acc = part_acc + ((slot0 + s)*NCOLS + r)*D + blk*QK_TURBO + lane;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                a[k] += acc[32*k]*f;
+            }
+        }
+        if (sinks) {
+            S += expf(sink - M);
+        }
+    }
+    float v[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        v[k] = S > 0.0f ? a[k]/S : 0.0f;
+    }
+    if (V_turbo) {
+        turbo_warp_fwht(v, lane);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            v[k] *= TURBO_CUDA_INV_SQRT_QK;
+            if (turbo_sign_neg(lane + 32*k)) {
+                v[k] = -v[k];
+            }
+        }
+    }
+    float * out = dst + (((int64_t) iq3*n_q + j)*n_head + h)*D + blk*QK_TURBO + lane;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        out[32*k] = v[k];
+    }
+}
+
 // launches k_turbo_fattn for one K type (instantiated in fattn-turbo-k*.cu, one file per K type for build parallelism)
 template <ggml_type type_K>
 void ggml_cuda_turbo_fattn_launch(cudaStream_t stream, const int D, const ggml_type type_V, const int ncols,
