@@ -107,7 +107,11 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
                                                     : ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(D, V->type, var);
         target = occ*nsm*waves;
     }
-    const int min_tiles = use_mma ? TURBO_MMA_WARPS : 1;   // every warp of a v4 block gets a tile
+    // every warp of a v4 block gets a tile; TURBO_FA_MIN_STEPS=N (gpu-next, not measured): at least N tiles per warp,
+    // i.e. fewer splits, so that the prologue/epilogue and the merge are paid over more keys (at 8K the default
+    // gives each warp 2 tiles and 66 splits per head)
+    static const int min_steps = std::max(1, ggml_cuda_turbo_env_int("TURBO_FA_MIN_STEPS", 1));
+    const int min_tiles = use_mma ? TURBO_MMA_WARPS*min_steps : 1;
     // v4/v5: at most one wave (floor), v3: at least its target (ceil)
     const int want = use_mma ? std::max(1, target / blocks_base) : (target + blocks_base - 1) / blocks_base;
     int n_split = std::max(1, std::min(std::max(n_tiles / min_tiles, 1), want));
