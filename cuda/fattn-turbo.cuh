@@ -456,32 +456,43 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
     }
 }
 
-// merges the splits of one output row, applies the sink and the inverse rotation (turbo V), writes dst
-template <int D, bool V_turbo, int NCOLS>
-__launch_bounds__(D)
-static __global__ void k_turbo_fattn_combine(const float * __restrict__ part_acc, const float2 * __restrict__ part_meta,
-        const float * __restrict__ sinks, float * __restrict__ dst, const int n_split, const int nrg, const int gqa,
-        const int n_q, const int n_head) {
-    __shared__ float out[D];
-    const int tid = threadIdx.x;
-    const int r   = blockIdx.x;          // row in the group
-    const int y   = blockIdx.y;          // hk*nrg + rg
-    const int iq3 = blockIdx.z;
-    const int hk  = y / nrg, rg = y % nrg;
-    const int rho = rg*NCOLS + r;
-    if (rho >= gqa*n_q) {
-        return;
-    }
-    const int j = rho / gqa, h = hk*gqa + rho % gqa;
-    const int64_t slot0 = ((int64_t) (iq3*gridDim.y + y))*n_split;
+// the output row of a merge block (blockIdx: row in the group, KV head x row group, dim 3): its query j, head h
+// and first split slot; ok is false past the group's last row
+struct turbo_combine_row {
+    bool ok;
+    int j, h;
+    int64_t slot0;
+};
+template <int NCOLS>
+static __device__ __forceinline__ turbo_combine_row turbo_combine_row_of(const int n_split, const int nrg, const int gqa, const int n_q) {
+    const int y = blockIdx.y, iq3 = blockIdx.z;
+    const int hk = y / nrg, rg = y % nrg;
+    const int rho = rg*NCOLS + blockIdx.x;
+    turbo_combine_row row;
+    row.ok = rho < gqa*n_q;
+    row.j = rho / gqa;
+    row.h = hk*gqa + rho % gqa;
+    row.slot0 = ((int64_t) (iq3*gridDim.y + y))*n_split;
+    return row;
+}
 
+// the merged, normalised values of NV elements (off, off + stride, ...) of row r of a row group: the splits'
+// partial sums weighted by exp(max - overall max), the sink's term in the denominator
+template <int D, int NCOLS, int NV>
+static __device__ __forceinline__ void turbo_fattn_merge_splits(const float * __restrict__ part_acc,
+        const float2 * __restrict__ part_meta, const int64_t slot0, const int n_split, const int r, const int off,
+        const int stride, const float * __restrict__ sinks, const int h, float v[NV]) {
     float M = -INFINITY;
     for (int s = 0; s < n_split; ++s) {
         M = fmaxf(M, part_meta[(slot0 + s)*NCOLS + r].x);
     }
     const float sink = sinks ? sinks[h] : -INFINITY;
     M = fmaxf(M, sink);
-    float S = 0.0f, a = 0.0f;
+    float S = 0.0f, a[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        a[k] = 0.0f;
+    }
     if (M != -INFINITY) {
         for (int s = 0; s < n_split; ++s) {
             const float2 ms = part_meta[(slot0 + s)*NCOLS + r];
@@ -490,13 +501,36 @@ static __global__ void k_turbo_fattn_combine(const float * __restrict__ part_acc
             }
             const float f = expf(ms.x - M);
             S += ms.y*f;
-            a += part_acc[((slot0 + s)*NCOLS + r)*D + tid]*f;
+            const float * acc = part_acc + ((slot0 + s)*NCOLS + r)*D + off;
+#pragma unroll
+            for (int k = 0; k < NV; ++k) {
+                a[k] += acc[k*stride]*f;
+            }
         }
         if (sinks) {
             S += expf(sink - M);
         }
     }
-    float v = S > 0.0f ? a/S : 0.0f;
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        v[k] = S > 0.0f ? a[k]/S : 0.0f;
+    }
+}
+
+// merges the splits of one output row, applies the sink and the inverse rotation (turbo V), writes dst
+template <int D, bool V_turbo, int NCOLS>
+__launch_bounds__(D)
+static __global__ void k_turbo_fattn_combine(const float * __restrict__ part_acc, const float2 * __restrict__ part_meta,
+        const float * __restrict__ sinks, float * __restrict__ dst, const int n_split, const int nrg, const int gqa,
+        const int n_q, const int n_head) {
+    __shared__ float out[D];
+    const int tid = threadIdx.x;
+    const turbo_combine_row row = turbo_combine_row_of<NCOLS>(n_split, nrg, gqa, n_q);
+    if (!row.ok) {
+        return;
+    }
+    float v;
+    turbo_fattn_merge_splits<D, NCOLS, 1>(part_acc, part_meta, row.slot0, n_split, blockIdx.x, tid, 0, sinks, row.h, &v);
     if (V_turbo) {
         out[tid] = v;
         __syncthreads();
@@ -514,7 +548,7 @@ static __global__ void k_turbo_fattn_combine(const float * __restrict__ part_acc
             v = -v;
         }
     }
-    dst[(((int64_t) iq3*n_q + j)*n_head + h)*D + tid] = v;
+    dst[(((int64_t) blockIdx.z*n_q + row.j)*n_head + row.h)*D + tid] = v;
 }
 
 // the same merge with the inverse rotation in registers (gpu-next, not measured yet): one warp per 128-block of
@@ -528,47 +562,12 @@ static __global__ void k_turbo_fattn_combine_warp(const float * __restrict__ par
         const int n_q, const int n_head) {
     const int lane = threadIdx.x % WARP_SIZE;
     const int blk  = threadIdx.x / WARP_SIZE;   // 128-block of the row
-    const int r    = blockIdx.x;
-    const int y    = blockIdx.y;
-    const int iq3  = blockIdx.z;
-    const int hk   = y / nrg, rg = y % nrg;
-    const int rho  = rg*NCOLS + r;
-    if (rho >= gqa*n_q) {
+    const turbo_combine_row row = turbo_combine_row_of<NCOLS>(n_split, nrg, gqa, n_q);
+    if (!row.ok) {
         return;
     }
-    const int j = rho / gqa, h = hk*gqa + rho % gqa;
-    const int64_t slot0 = ((int64_t) (iq3*gridDim.y + y))*n_split;
-
-    float M = -INFINITY;
-    for (int s = 0; s < n_split; ++s) {
-        M = fmaxf(M, part_meta[(slot0 + s)*NCOLS + r].x);
-    }
-    const float sink = sinks ? sinks[h] : -INFINITY;
-    M = fmaxf(M, sink);
-    float S = 0.0f, a[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (M != -INFINITY) {
-        for (int s = 0; s < n_split; ++s) {
-            const float2 ms = part_meta[(slot0 + s)*NCOLS + r];
-            if (ms.x == -INFINITY) {
-                continue;
-            }
-            const float f = expf(ms.x - M);
-            S += ms.y*f;
-            const float * acc = part_acc + ((slot0 + s)*NCOLS + r)*D + blk*QK_TURBO + lane;
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                a[k] += acc[32*k]*f;
-            }
-        }
-        if (sinks) {
-            S += expf(sink - M);
-        }
-    }
     float v[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        v[k] = S > 0.0f ? a[k]/S : 0.0f;
-    }
+    turbo_fattn_merge_splits<D, NCOLS, 4>(part_acc, part_meta, row.slot0, n_split, blockIdx.x, blk*QK_TURBO + lane, 32, sinks, row.h, v);
     if (V_turbo) {
         turbo_warp_fwht(v, lane);
 #pragma unroll
@@ -579,7 +578,7 @@ static __global__ void k_turbo_fattn_combine_warp(const float * __restrict__ par
             }
         }
     }
-    float * out = dst + (((int64_t) iq3*n_q + j)*n_head + h)*D + blk*QK_TURBO + lane;
+    float * out = dst + (((int64_t) blockIdx.z*n_q + row.j)*n_head + row.h)*D + blk*QK_TURBO + lane;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         out[32*k] = v[k];
