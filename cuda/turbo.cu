@@ -38,6 +38,15 @@ template <> __device__ __forceinline__ half turbo_from_f32<half>(float x) { retu
 
 // ---- SET_ROWS -------------------------------------------------------------------------------------
 
+// upstream's ROPE (normal or neox) of the K rows, done on load when llama's RoPE of K is fused into the K write
+// (gpu-next, not measured): the same float operations as ggml-cuda's rope kernels (rope.cu), per value
+struct turbo_rope {
+    const int32_t * pos;   // one position per token (row); nullptr: no rope
+    const float * freq_factors;
+    int D, n_dims, n_offs, neox;
+    float theta_scale, freq_scale, ext_factor, attn_factor, corr0, corr1;
+};
+
 // one SET_ROWS into a turbo tensor, as the kernel sees it (element strides of src0 and src1, byte strides of dst)
 struct turbo_set_rows_job {
     const void * src0; const void * src1; char * dst;
@@ -45,7 +54,52 @@ struct turbo_set_rows_job {
     int64_t s01, s02, s03, s10, s11, s12;
     size_t nb1, nb2, nb3;
     const float * off;   // the key offset row subtracted on load (fused SUB), or nullptr
+    turbo_rope rope;     // RoPE applied before the offset (fused ROPE), rope.pos == nullptr when none
 };
+
+// cos and sin of the rotation of pair iw (its first index relative to n_offs), YaRN-corrected as upstream does
+static __device__ __forceinline__ void turbo_rope_cs(const turbo_rope & r, const float p, const int iw, float & c, float & s) {
+    const float theta_base = p*powf(r.theta_scale, iw/2.0f);
+    const float theta_extrap = theta_base/(r.freq_factors ? r.freq_factors[iw/2] : 1.0f);
+    const float theta_interp = r.freq_scale*theta_extrap;
+    float theta = theta_interp;
+    float mscale = r.attn_factor;
+    if (r.ext_factor != 0.0f) {
+        const float y = (iw/2 - r.corr0) / fmaxf(0.001f, r.corr1 - r.corr0);
+        const float ramp_mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y)))*r.ext_factor;
+        theta = theta_interp*(1 - ramp_mix) + theta_extrap*ramp_mix;
+        mscale *= 1.0f + 0.1f*logf(1.0f/r.freq_scale);
+    }
+    c = cosf(theta)*mscale;
+    s = sinf(theta)*mscale;
+}
+
+// rotates the warp's block: value lane + 32k sits at index e0 + lane + 32k of its head; normal pairs (2m, 2m + 1)
+// sit in neighbouring lanes, neox pairs (m, m + 64) of a 128-wide head in the same lane (the host checks this)
+static __device__ __forceinline__ void turbo_rope_block(const turbo_rope & r, float v[4], const int e0, const int32_t pos,
+        const int lane) {
+    const float p = (float) pos;
+    float o[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int e = e0 + lane + 32*k;
+        const float partner = r.neox ? v[k ^ 2] : __shfl_xor_sync(0xffffffff, v[k], 1);
+        o[k] = v[k];
+        if (e < r.n_offs || e >= r.n_offs + r.n_dims) {
+            continue;
+        }
+        const bool first = r.neox ? (e - r.n_offs) < r.n_dims/2 : ((e - r.n_offs) & 1) == 0;
+        const int iw = r.neox ? 2*((e - r.n_offs) % (r.n_dims/2)) : (e - r.n_offs) & ~1;
+        float c, s;
+        turbo_rope_cs(r, p, iw, c, s);
+        const float x0 = first ? v[k] : partner, x1 = first ? partner : v[k];
+        o[k] = first ? x0*c - x1*s : x0*s + x1*c;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        v[k] = o[k];
+    }
+}
 
 // one warp per 128-value block of src0: rows go to the dst rows that src1 names
 template <typename src_t, typename idx_t, int bits>
@@ -61,6 +115,12 @@ static __device__ __forceinline__ void turbo_set_rows_block(const turbo_set_rows
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         v[k] = turbo_to_f32(x[lane + 32*k]);
+    }
+    if (j.rope.pos) {
+        turbo_rope_block(j.rope, v, (ib*QK_TURBO) % j.rope.D, j.rope.pos[i01], lane);
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
         if (j.off) {
             v[k] = __fsub_rn(v[k], j.off[ib*QK_TURBO + lane + 32*k]);   // ggml_sub's a - b, fused (see below)
         }
@@ -103,7 +163,33 @@ static turbo_set_rows_job turbo_set_rows_job_of(const ggml_tensor * src0, const 
     j.s10 = nb10/sizeof(idx_t); j.s11 = nb11/sizeof(idx_t); j.s12 = nb12/sizeof(idx_t);
     j.nb1 = nb1; j.nb2 = nb2; j.nb3 = nb3;
     j.off = off;
+    j.rope = turbo_rope{};
     return j;
+}
+
+// the job reads the ROPE's input instead of its (viewed) output, and rotates it as upstream's ROPE would
+static void turbo_rope_of(const ggml_tensor * rope, turbo_set_rows_job & j) {
+    const ggml_tensor * x = rope->src[0];
+    const int32_t * op = (const int32_t *) rope->op_params;
+    float freq_base, beta_fast, beta_slow;
+    memcpy(&freq_base,          op +  5, sizeof(float));
+    memcpy(&j.rope.freq_scale,  op +  6, sizeof(float));
+    memcpy(&j.rope.ext_factor,  op +  7, sizeof(float));
+    memcpy(&j.rope.attn_factor, op +  8, sizeof(float));
+    memcpy(&beta_fast,          op +  9, sizeof(float));
+    memcpy(&beta_slow,          op + 10, sizeof(float));
+    j.rope.n_dims = op[1];
+    j.rope.neox   = (op[2] & GGML_ROPE_TYPE_NEOX) != 0;
+    j.rope.n_offs = op[15];
+    j.rope.D      = (int) x->ne[0];
+    j.rope.theta_scale = powf(freq_base, -2.0f/j.rope.n_dims);
+    float corr[2];
+    ggml_rope_yarn_corr_dims(j.rope.n_dims, op[4], freq_base, beta_fast, beta_slow, corr);
+    j.rope.corr0 = corr[0]; j.rope.corr1 = corr[1];
+    j.rope.pos = (const int32_t *) rope->src[1]->data;
+    j.rope.freq_factors = rope->src[2] ? (const float *) rope->src[2]->data : nullptr;
+    j.src0 = x->data;
+    j.s01  = x->nb[2]/sizeof(float);   // one token's heads are contiguous (checked by the caller)
 }
 
 template <typename src_t, typename idx_t, int bits_a>
@@ -118,11 +204,15 @@ static void turbo_set_rows_launch_b(cudaStream_t stream, const turbo_set_rows_jo
     CUDA_CHECK(cudaGetLastError());
 }
 
-// writes a (and b, when given: same source and index types) with one launch
+// writes a (and b, when given: same source and index types) with one launch; rope: a's values are rotated first
 template <typename src_t, typename idx_t>
 static void turbo_set_rows_launch(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
-        ggml_tensor * dst, const float * off, const ggml_tensor * src0_b = nullptr, ggml_tensor * dst_b = nullptr) {
-    const turbo_set_rows_job a = turbo_set_rows_job_of<src_t, idx_t>(src0, src1, dst, off);
+        ggml_tensor * dst, const float * off, const ggml_tensor * src0_b = nullptr, ggml_tensor * dst_b = nullptr,
+        const ggml_tensor * rope = nullptr) {
+    turbo_set_rows_job a = turbo_set_rows_job_of<src_t, idx_t>(src0, src1, dst, off);
+    if (rope) {
+        turbo_rope_of(rope, a);
+    }
     turbo_set_rows_job b = a;
     b.nblk = 0;
     if (dst_b) {
@@ -193,14 +283,34 @@ bool ggml_cuda_turbo_set_rows_pair_fusable(const ggml_tensor * set_rows_k, const
 }
 
 void ggml_cuda_turbo_set_rows_sub_pair(ggml_backend_cuda_context & ctx, const ggml_tensor * sub, ggml_tensor * set_rows_k,
-        ggml_tensor * set_rows_v) {
+        ggml_tensor * set_rows_v, const ggml_tensor * rope) {
     ggml_cuda_turbo_check_tables();
     const float * off = (const float *) sub->src[1]->data;
+    const ggml_tensor * src_v = set_rows_v ? set_rows_v->src[0] : nullptr;
     if (set_rows_k->src[1]->type == GGML_TYPE_I64) {
-        turbo_set_rows_launch<float, int64_t>(ctx, sub->src[0], set_rows_k->src[1], set_rows_k, off, set_rows_v->src[0], set_rows_v);
+        turbo_set_rows_launch<float, int64_t>(ctx, sub->src[0], set_rows_k->src[1], set_rows_k, off, src_v, set_rows_v, rope);
     } else {
-        turbo_set_rows_launch<float, int32_t>(ctx, sub->src[0], set_rows_k->src[1], set_rows_k, off, set_rows_v->src[0], set_rows_v);
+        turbo_set_rows_launch<float, int32_t>(ctx, sub->src[0], set_rows_k->src[1], set_rows_k, off, src_v, set_rows_v, rope);
     }
+}
+
+// llama's RoPE of K (ROPE -> VIEW -> the offset's SUB) joins the fused K write: the kernel rotates the values as it
+// loads them. Normal RoPE of any even width; neox only for 128-wide heads rotated whole (a neox pair is then in
+// one lane); the rope's input with each token's heads contiguous, one position per token, no ne[3].
+bool ggml_cuda_turbo_rope_set_rows_fusable(const ggml_tensor * rope, const ggml_tensor * view, const ggml_tensor * sub) {
+    if (rope->op != GGML_OP_ROPE || view->op != GGML_OP_VIEW || view->src[0] != rope || sub->src[0] != view) {
+        return false;
+    }
+    const ggml_tensor * x = rope->src[0];
+    const int32_t * op = (const int32_t *) rope->op_params;
+    const int n_dims = op[1], mode = op[2], n_offs = op[15];
+    const int64_t D = x->ne[0];
+    const bool shape_ok = rope->type == GGML_TYPE_F32 && x->type == GGML_TYPE_F32 && rope->src[1]->type == GGML_TYPE_I32 &&
+        x->ne[3] == 1 && x->nb[0] == sizeof(float) && x->nb[1] == D*sizeof(float) && ggml_is_contiguous(view) &&
+        view->ne[0] == x->ne[0]*x->ne[1] && view->ne[1] == x->ne[2] && rope->src[1]->ne[0] == x->ne[2];
+    const bool mode_ok = (mode == GGML_ROPE_TYPE_NORMAL && n_dims % 2 == 0 && n_offs % 2 == 0 && n_offs + n_dims <= D) ||
+        (mode == GGML_ROPE_TYPE_NEOX && D == QK_TURBO && n_dims == QK_TURBO && n_offs == 0);
+    return shape_ok && mode_ok;
 }
 
 // ---- CPY ------------------------------------------------------------------------------------------

@@ -22,10 +22,12 @@ void ggml_cuda_turbo_set_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst
 // SUB (one f32 row, broadcast) then SET_ROWS into a turbo tensor, as one kernel (llama's turbo key offset)
 bool ggml_cuda_turbo_set_rows_sub_fusable(const ggml_tensor * sub, const ggml_tensor * set_rows);
 void ggml_cuda_turbo_set_rows_sub(ggml_backend_cuda_context & ctx, const ggml_tensor * sub, ggml_tensor * set_rows);
-// ... and the V write that follows it (SET_ROWS of f32 rows into a turbo tensor), all in one launch
+// ... and the V write that follows it (SET_ROWS of f32 rows into a turbo tensor), all in one launch; with rope,
+// K's ROPE -> VIEW before the SUB too (set_rows_v may then be nullptr)
 bool ggml_cuda_turbo_set_rows_pair_fusable(const ggml_tensor * set_rows_k, const ggml_tensor * set_rows_v);
+bool ggml_cuda_turbo_rope_set_rows_fusable(const ggml_tensor * rope, const ggml_tensor * view, const ggml_tensor * sub);
 void ggml_cuda_turbo_set_rows_sub_pair(ggml_backend_cuda_context & ctx, const ggml_tensor * sub, ggml_tensor * set_rows_k,
-        ggml_tensor * set_rows_v);
+        ggml_tensor * set_rows_v, const ggml_tensor * rope = nullptr);
 void ggml_cuda_turbo_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, ggml_tensor * src1);
 bool ggml_cuda_turbo_cpy_supported(const ggml_tensor * src0, const ggml_tensor * src1);
 
