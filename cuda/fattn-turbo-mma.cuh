@@ -718,7 +718,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     }
     __syncthreads();
     const int64_t slot = ((int64_t) (iq3*n_hy + hy))*p.n_split + split;
-    for (int it = tid; it < NR*D; it += NW*WARP_SIZE) {
+    // only the group's real rows (a GQA group of 4 fills half of the 8): the others are never read (gpu-next)
+    const int nr_real = min(NR, R - rg*NR);
+    for (int it = tid; it < nr_real*D; it += NW*WARP_SIZE) {
         const int r = it / D, d = it % D;
         float mx = -INFINITY;
 #pragma unroll
