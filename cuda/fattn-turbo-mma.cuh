@@ -15,6 +15,8 @@
 
 #include "fattn-turbo.cuh"
 
+#include <cooperative_groups.h>
+
 #define TURBO_MMA_WARPS 4
 #define TURBO_MMA_ROWS  8    // query rows per block: the N of the mma
 #define TURBO_MMA_KEYS  16   // keys per warp step: the M of S^T
@@ -294,12 +296,44 @@ template <int bits> static __device__ __forceinline__ int turbo_mma_vidx(const u
     return idx;
 }
 
+// gpu-next, not measured: the splits of a row group as one thread-block cluster (sm_90). Each block has left its
+// warps' merged output in its shared memory (om: rows x D, unnormalised; mc/lc: row maxima in base e and sums);
+// the cluster's warps then take the (row, 128-block) pieces in turn, merge them over the blocks through distributed
+// shared memory exactly as the combine kernel merges the global partials, rotate back and write dst.
+template <int D, int NR>
+static __device__ __forceinline__ void turbo_mma_cluster_merge(const turbo_fa_params & p, float * om, float * mc, float * lc,
+        const int hk, const int rg, const int iq3, const int nr_real, const int warp, const int lane) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+    namespace cg = cooperative_groups;
+    cg::cluster_group cl = cg::this_cluster();
+    cl.sync();   // every block's merged rows are in its shared memory
+    constexpr int NB = D / QK_TURBO;
+    const int n_split = (int) cl.num_blocks();
+    for (int task = (int) cl.block_rank()*TURBO_MMA_WARPS + warp; task < nr_real*NB; task += n_split*TURBO_MMA_WARPS) {
+        const int r = task / NB, blk = task % NB;
+        const int rho = rg*NR + r;
+        const int j = rho / p.gqa, h = hk*p.gqa + rho % p.gqa;
+        auto meta = [&](const int s) { return make_float2(cl.map_shared_rank(mc, s)[r], cl.map_shared_rank(lc, s)[r]); };
+        auto acc  = [&](const int s) { return cl.map_shared_rank(om, s) + r*D + blk*QK_TURBO + lane; };
+        float v[4];
+        turbo_fattn_merge_splits<4>(meta, acc, n_split, 32, p.sinks, h, v);
+        turbo_fattn_store_block<true>(p.dst + (((int64_t) iq3*p.n_q + j)*p.n_head + h)*D + blk*QK_TURBO, v, lane);
+    }
+    cl.sync();   // no block leaves while the others may still read its shared memory
+#else
+    GGML_UNUSED(p); GGML_UNUSED(om); GGML_UNUSED(mc); GGML_UNUSED(lc); GGML_UNUSED(hk); GGML_UNUSED(rg);
+    GGML_UNUSED(iq3); GGML_UNUSED(nr_real); GGML_UNUSED(warp); GGML_UNUSED(lane);
+    NO_DEVICE_CODE;
+#endif
+}
+
 // VAR: 4 = v4 (16-bit loads into registers, one step ahead); 5 = v5 (cp.async ring); 6 = v5 with the
 // registers capped for TURBO_MMA_MIN_BLOCKS blocks per SM at D = 128 (more warps, a few spilled values);
 // 7 = v5 with 5 stages in the ring at D = 128 (more bytes in flight); 8 = v5 with 16-byte chunk staging and
 // index bytes (turbo_mma_idx4): ncu on v5 showed it bound by instruction issue (~1140 warp instructions per
 // 16-key step, a quarter of them computing the 4-byte copies' addresses, half cutting table indexes); 9 = v8 with
-// staged rows of an odd number of chunks (v11, fewer bank conflicts); 10, 11 = v12 (below)
+// staged rows of an odd number of chunks (v11, fewer bank conflicts); 10, 11 = v12 (below); 12 = v11 merging its
+// splits in a thread-block cluster
 template <int D, ggml_type type_K, ggml_type type_V, int VAR>
 __launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 10 ? TURBO_MMA_MIN_BLOCKS + 1 : VAR == 6 || VAR >= 8 ? TURBO_MMA_MIN_BLOCKS : 3) : 1)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
@@ -321,13 +355,17 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // held in 16 registers, and two S accumulators (even/odd 16-dim chunks: two mma chains of 4 instead of one of 8).
     // 10: registers capped for 5 blocks (20 warps) per SM, run 11's ncu having found the loop latency-bound with 3.7
     // warps per scheduler (static: 96 registers, 22 spilled values reloaded per step); 11: 4 blocks, no spills
-    constexpr bool QSH = VAR >= 10;
+    constexpr bool QSH = VAR == 10 || VAR == 11;
+    // VAR 12 = v11 with the splits merged in a thread-block cluster (see turbo_mma_cluster_merge). A variant of its
+    // own: the merge code in every kernel costs the loop ~125 more instructions per step (registers), static count
+    constexpr bool CLUSTER = VAR == 12;
     constexpr int RING = STAGED ? NW*cfg::NSTAGE*cfg::WORDS : 0;       // staging ring (v5), words
     constexpr int OSZ  = NW*NR*D;                                     // the warps' outputs (epilogue), floats
     __shared__ float    q_sh[NR*QS];
     __shared__ __align__(256) uint32_t pairK[64];
     __shared__ __align__(256) uint32_t pairV[64];
     __shared__ float    Ms[NW*NR], Ls[NW*NR];
+    __shared__ float    Mc[NR], Lc[NR];                           // cluster merge: this block's row maxima and sums
     __shared__ uint2    qf_sh[QSH ? NB*8*WARP_SIZE : 1];       // v12: the lanes' B fragments of Q^T
     __shared__ uint32_t ring_os[RING > OSZ ? RING : OSZ];             // the ring is dead when the outputs are written
     float * Os = (float *) ring_os;
@@ -736,10 +774,21 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 sum += Ls[w*NR + r]*f;
             }
         }
-        p.part_acc[(slot*NR + r)*D + d] = acc;
-        if (d == 0) {
-            p.part_meta[slot*NR + r] = make_float2(mx == -INFINITY ? -INFINITY : mx*LN2, sum);
+        if (CLUSTER) {
+            Os[r*D + d] = acc;   // warp 0's slot of (r, d), read above by this thread only
+            if (d == 0) {
+                Mc[r] = mx == -INFINITY ? -INFINITY : mx*LN2;
+                Lc[r] = sum;
+            }
+        } else {
+            p.part_acc[(slot*NR + r)*D + d] = acc;
+            if (d == 0) {
+                p.part_meta[slot*NR + r] = make_float2(mx == -INFINITY ? -INFINITY : mx*LN2, sum);
+            }
         }
+    }
+    if (CLUSTER) {
+        turbo_mma_cluster_merge<D, NR>(p, Os, Mc, Lc, hk, rg, iq3, nr_real, warp, lane);
     }
 #endif // AMPERE_MMA_AVAILABLE
 }
@@ -752,14 +801,36 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     X(128, GGML_TYPE_TURBO3, 7) X(128, GGML_TYPE_TURBO2, 7) \
     X(128, GGML_TYPE_TURBO3, 8) X(128, GGML_TYPE_TURBO2, 8) X(256, GGML_TYPE_TURBO3, 8) X(256, GGML_TYPE_TURBO2, 8) \
     X(128, GGML_TYPE_TURBO3, 9) X(128, GGML_TYPE_TURBO2, 9) X(256, GGML_TYPE_TURBO3, 9) X(256, GGML_TYPE_TURBO2, 9) \
-    X(128, GGML_TYPE_TURBO3, 10) X(128, GGML_TYPE_TURBO2, 10) X(128, GGML_TYPE_TURBO3, 11) X(128, GGML_TYPE_TURBO2, 11)
+    X(128, GGML_TYPE_TURBO3, 10) X(128, GGML_TYPE_TURBO2, 10) X(128, GGML_TYPE_TURBO3, 11) X(128, GGML_TYPE_TURBO2, 11) \
+    X(128, GGML_TYPE_TURBO3, 12) X(128, GGML_TYPE_TURBO2, 12) X(256, GGML_TYPE_TURBO3, 12) X(256, GGML_TYPE_TURBO2, 12)
+
+// a plain launch, or (p.cluster) one cluster of p.n_split blocks per row group (grid.x = n_split)
+static void turbo_mma_launch_one(void (*kernel)(const turbo_fa_params), cudaStream_t stream, const turbo_fa_params & p,
+        const dim3 grid) {
+    if (!p.cluster) {
+        kernel<<<grid, TURBO_MMA_WARPS*WARP_SIZE, 0, stream>>>(p);
+        return;
+    }
+    cudaLaunchConfig_t cfg = {};
+    cfg.gridDim  = grid;
+    cfg.blockDim = dim3(TURBO_MMA_WARPS*WARP_SIZE);
+    cfg.stream   = stream;
+    cudaLaunchAttribute attr[1];
+    attr[0].id = cudaLaunchAttributeClusterDimension;
+    attr[0].val.clusterDim.x = (unsigned) p.n_split;
+    attr[0].val.clusterDim.y = 1;
+    attr[0].val.clusterDim.z = 1;
+    cfg.attrs    = attr;
+    cfg.numAttrs = 1;
+    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
+}
 
 template <ggml_type type_K>
 void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const ggml_type type_V, const int var,
         const turbo_fa_params & p, const dim3 grid) {
 #define TURBO_MMA_CASE(DD, TYPE_V, VV)                                                                     \
     if (D == DD && type_V == TYPE_V && var == VV) {                                                        \
-        k_turbo_fattn_mma<DD, type_K, TYPE_V, VV><<<grid, TURBO_MMA_WARPS*WARP_SIZE, 0, stream>>>(p);      \
+        turbo_mma_launch_one(k_turbo_fattn_mma<DD, type_K, TYPE_V, VV>, stream, p, grid);                 \
         return;                                                                                            \
     }
     TURBO_MMA_FOR_EACH(TURBO_MMA_CASE)
@@ -770,7 +841,7 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at whole waves)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const int var) {
-    static int cache[2][2][8] = {};
+    static int cache[2][2][9] = {};
     int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var - 4];
     if (n == 0) {
         const void * fn = nullptr;

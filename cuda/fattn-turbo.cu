@@ -142,12 +142,20 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     p.nrg = nrg; p.n_split = n_split; p.tiles_per_split = tps;
 
     p.heads_first = use_mma && heads_first && D == 128 ? 1 : 0;
+    // TURBO_FA_CLUSTER=1 (gpu-next, not measured): up to 8 splits merge inside the kernel, as one thread-block
+    // cluster per row group (Hopper and newer), instead of through global partials and the combine kernel
+    static const bool cluster_env = ggml_cuda_turbo_env_int("TURBO_FA_CLUSTER", 0) != 0;
+    p.cluster = use_mma && cluster_env && !p.heads_first && n_split <= 8 &&
+        ggml_cuda_info().devices[id].cc >= GGML_CUDA_CC_HOPPER ? 1 : 0;
+    const int var_launch = p.cluster ? 12 : var;   // the cluster merge is variant 12 (v11 + the merge)
+    p.sinks = sinks ? (const float *) sinks->data : nullptr;
+    p.dst   = (float *) dst->data;
     const dim3 grid = p.heads_first ? dim3(n_head_kv*nrg, n_split, ne3) : dim3(n_split, n_head_kv*nrg, ne3);
     if (use_mma) {
         if (K->type == GGML_TYPE_TURBO3) {
-            ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3>(stream, D, V->type, var, p, grid);
+            ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3>(stream, D, V->type, var_launch, p, grid);
         } else {
-            ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2>(stream, D, V->type, var, p, grid);
+            ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2>(stream, D, V->type, var_launch, p, grid);
         }
     } else switch (K->type) {
         case GGML_TYPE_F16:    ggml_cuda_turbo_fattn_launch<GGML_TYPE_F16>   (stream, D, V->type, ncols, p, grid); break;
@@ -157,6 +165,9 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
         default: GGML_ABORT("turbo flash attention: unsupported K type %s", ggml_type_name(K->type));
     }
     CUDA_CHECK(cudaGetLastError());
+    if (p.cluster) {
+        return;   // the kernel wrote dst
+    }
 
     const bool V_turbo = ggml_cuda_is_turbo_type(V->type);
     const float * sinks_d = sinks ? (const float *) sinks->data : nullptr;

@@ -30,6 +30,9 @@ struct turbo_fa_params {
     int64_t nb01, nb02, nb03, nb11, nb12, nb13, nb21, nb22, nb23, nb31, nb33;
     int nrg; int n_split; int tiles_per_split;
     int heads_first;   // tensor-core kernel only: grid (KV head x row group, split) instead of (split, ...)
+    // tensor-core kernel only (gpu-next): the n_split blocks of a row group are one thread-block cluster that
+    // merges its splits through distributed shared memory and writes dst itself (no combine kernel)
+    int cluster; const float * sinks; float * dst;
 };
 
 static __device__ __forceinline__ float turbo_alibi_slope(const float max_bias, const uint32_t h, const uint32_t n_head_log2, const float m0, const float m1) {
@@ -476,15 +479,15 @@ static __device__ __forceinline__ turbo_combine_row turbo_combine_row_of(const i
     return row;
 }
 
-// the merged, normalised values of NV elements (off, off + stride, ...) of row r of a row group: the splits'
-// partial sums weighted by exp(max - overall max), the sink's term in the denominator
-template <int D, int NCOLS, int NV>
-static __device__ __forceinline__ void turbo_fattn_merge_splits(const float * __restrict__ part_acc,
-        const float2 * __restrict__ part_meta, const int64_t slot0, const int n_split, const int r, const int off,
+// the merged, normalised values of NV elements of one output row: the splits' partial sums weighted by
+// exp(max - overall max), the sink's term in the denominator. meta(s) gives split s's (max in base e, sum),
+// acc(s) a pointer to its first element (the others at stride): global partials, or a cluster block's shared memory
+template <int NV, typename meta_t, typename acc_t>
+static __device__ __forceinline__ void turbo_fattn_merge_splits(const meta_t & meta, const acc_t & acc, const int n_split,
         const int stride, const float * __restrict__ sinks, const int h, float v[NV]) {
     float M = -INFINITY;
     for (int s = 0; s < n_split; ++s) {
-        M = fmaxf(M, part_meta[(slot0 + s)*NCOLS + r].x);
+        M = fmaxf(M, meta(s).x);
     }
     const float sink = sinks ? sinks[h] : -INFINITY;
     M = fmaxf(M, sink);
@@ -495,16 +498,16 @@ static __device__ __forceinline__ void turbo_fattn_merge_splits(const float * __
     }
     if (M != -INFINITY) {
         for (int s = 0; s < n_split; ++s) {
-            const float2 ms = part_meta[(slot0 + s)*NCOLS + r];
+            const float2 ms = meta(s);
             if (ms.x == -INFINITY) {
                 continue;
             }
             const float f = expf(ms.x - M);
             S += ms.y*f;
-            const float * acc = part_acc + ((slot0 + s)*NCOLS + r)*D + off;
+            const float * x = acc(s);
 #pragma unroll
             for (int k = 0; k < NV; ++k) {
-                a[k] += acc[k*stride]*f;
+                a[k] += x[k*stride]*f;
             }
         }
         if (sinks) {
@@ -514,6 +517,26 @@ static __device__ __forceinline__ void turbo_fattn_merge_splits(const float * __
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
         v[k] = S > 0.0f ? a[k]/S : 0.0f;
+    }
+}
+
+// one 128-block of an output row from the warp's merged values (value lane + 32k): the inverse rotation for a
+// turbo V (the same float operations as the block-wide butterflies of k_turbo_fattn_combine), then the store
+template <bool V_turbo>
+static __device__ __forceinline__ void turbo_fattn_store_block(float * out, float v[4], const int lane) {
+    if (V_turbo) {
+        turbo_warp_fwht(v, lane);
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            v[k] *= TURBO_CUDA_INV_SQRT_QK;
+            if (turbo_sign_neg(lane + 32*k)) {
+                v[k] = -v[k];
+            }
+        }
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        out[lane + 32*k] = v[k];
     }
 }
 
@@ -529,8 +552,11 @@ static __global__ void k_turbo_fattn_combine(const float * __restrict__ part_acc
     if (!row.ok) {
         return;
     }
+    const int r = blockIdx.x;
+    auto meta = [&](const int s) { return part_meta[(row.slot0 + s)*NCOLS + r]; };
+    auto acc  = [&](const int s) { return part_acc + ((row.slot0 + s)*NCOLS + r)*D + tid; };
     float v;
-    turbo_fattn_merge_splits<D, NCOLS, 1>(part_acc, part_meta, row.slot0, n_split, blockIdx.x, tid, 0, sinks, row.h, &v);
+    turbo_fattn_merge_splits<1>(meta, acc, n_split, 0, sinks, row.h, &v);
     if (V_turbo) {
         out[tid] = v;
         __syncthreads();
@@ -566,23 +592,12 @@ static __global__ void k_turbo_fattn_combine_warp(const float * __restrict__ par
     if (!row.ok) {
         return;
     }
+    const int r = blockIdx.x;
+    auto meta = [&](const int s) { return part_meta[(row.slot0 + s)*NCOLS + r]; };
+    auto acc  = [&](const int s) { return part_acc + ((row.slot0 + s)*NCOLS + r)*D + blk*QK_TURBO + lane; };
     float v[4];
-    turbo_fattn_merge_splits<D, NCOLS, 4>(part_acc, part_meta, row.slot0, n_split, blockIdx.x, blk*QK_TURBO + lane, 32, sinks, row.h, v);
-    if (V_turbo) {
-        turbo_warp_fwht(v, lane);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            v[k] *= TURBO_CUDA_INV_SQRT_QK;
-            if (turbo_sign_neg(lane + 32*k)) {
-                v[k] = -v[k];
-            }
-        }
-    }
-    float * out = dst + (((int64_t) blockIdx.z*n_q + row.j)*n_head + row.h)*D + blk*QK_TURBO + lane;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        out[32*k] = v[k];
-    }
+    turbo_fattn_merge_splits<4>(meta, acc, n_split, 32, sinks, row.h, v);
+    turbo_fattn_store_block<V_turbo>(dst + (((int64_t) blockIdx.z*n_q + row.j)*n_head + row.h)*D + blk*QK_TURBO, v, lane);
 }
 
 // launches k_turbo_fattn for one K type (instantiated in fattn-turbo-k*.cu, one file per K type for build parallelism)
