@@ -7,7 +7,7 @@
 #     the repo stays under the 64 MiB a call carries)
 #     then `wait model test ppl cli`, `kv bench` ...
 #   bench runs (TL_BENCH, default main): main, deep (128K), v3, mma4..mma9 (TURBO_FA_MMA), hf (TURBO_FA_HEADS_FIRST=1),
-#   pre0 (TURBO_FA_PREFILL=0: the generic prefill conversion), nooff (TURBO_K_OFFSET=0), steps2.. (TURBO_FA_MIN_STEPS)
+#   pre0 (TURBO_FA_PREFILL=0: the generic prefill conversion), nooff (TURBO_K_OFFSET=0), steps2.. (TURBO_FA_MIN_STEPS), cl (TURBO_FA_CLUSTER=1)
 # Needs .devcarry/tree.tar.gz: the stripped upstream tree (b11312) with our overlay + patches applied
 # (made by ci/make-devcarry.sh from the patched dev tree: git archive minus docs/ models/ media/, unused backends).
 # The current cuda/ sources are copied over the tree's copies, so kernel fixes need no new tarball.
@@ -296,6 +296,7 @@ if [[ " $PHASES " == *" bench "* ]]; then
             deep) args="--types ${TL_DEEP_TYPES:-f16,turbo3,turbo2} --depths 131072 -p 0 -n 64 -r 1" ;;
             v3)   args="--types turbo3,turbo2 --depths ${TL_DEPTHS:-0,8192,32768} -p 0 -n 128 -r ${TL_REPS:-2}"; export TURBO_FA_V3=1 ;;
             mma*) args="--types turbo3,turbo2 --depths ${TL_VAR_DEPTHS:-0,32768} -p 0 -n 128 -r ${TL_REPS:-2}"; export TURBO_FA_MMA=${run#mma} ;;
+            cl)   args="--types turbo3,turbo2 --depths ${TL_VAR_DEPTHS:-0,8192} -p 0 -n 128 -r ${TL_REPS:-2}"; export TURBO_FA_CLUSTER=1 ;;
             steps*) args="--types turbo3 --depths ${TL_VAR_DEPTHS:-8192,32768} -p 0 -n 128 -r ${TL_REPS:-2}"; export TURBO_FA_MIN_STEPS=${run#steps} ;;
             hf)   args="--types turbo3,turbo2 --depths ${TL_VAR_DEPTHS:-0,32768} -p 0 -n 128 -r ${TL_REPS:-2}"; export TURBO_FA_HEADS_FIRST=1 ;;
             pre0) args="--types turbo3,turbo2 --depths ${TL_VAR_DEPTHS:-0,32768} -p 512 -n 0 -r ${TL_REPS:-2}"; export TURBO_FA_PREFILL=0 ;;
@@ -305,7 +306,7 @@ if [[ " $PHASES " == *" bench "* ]]; then
         log "turbo-llama bench --shape llama8b --backend cuda $args  (run $run; env: $(env | grep -E '^TURBO_' | tr '\n' ' '))"
         python3 -m turbo_llama bench --shape llama8b --backend cuda $args --out "$OUT/bench-$run" > "$OUT/bench-$run.txt" 2>&1
         log "bench $run rc=$?"; cat "$OUT/bench-$run/bench.md" >> "$OUT/summary.txt" 2>/dev/null || tail -5 "$OUT/bench-$run.txt" >> "$OUT/summary.txt"
-        unset TURBO_FA_MMA TURBO_FA_V3 TURBO_FA_PREFILL TURBO_K_OFFSET TURBO_FA_HEADS_FIRST TURBO_FA_MIN_STEPS; [ -f "$WORK/safe.env" ] && export $(cat "$WORK/safe.env")
+        unset TURBO_FA_MMA TURBO_FA_V3 TURBO_FA_PREFILL TURBO_K_OFFSET TURBO_FA_HEADS_FIRST TURBO_FA_MIN_STEPS TURBO_FA_CLUSTER; [ -f "$WORK/safe.env" ] && export $(cat "$WORK/safe.env")
     done
 fi
 log "done"
