@@ -130,6 +130,271 @@ static __device__ __forceinline__ void turbo_set_rows_block(const turbo_set_rows
     turbo_warp_store<bits>((uint8_t *) (j.dst + dst_row*j.nb1 + i02*j.nb2 + i03*j.nb3 + ib*j.bs), h, codes, lane);
 }
 
+// ---- 4 threads per block (gpu-next, not measured; TURBO_SET_ROWS=4) ----------------------------------------
+// Thread t (0..3) of a group holds the values i = 16m + 4t + c (m = 0..7, c = 0..3: one float4 per m), so most of
+// the encode happens in registers: FWHT spans 1, 2 and 16, 32, 64 in the thread, spans 4 and 8 by shuffles; the
+// pairwise tree sums' levels 64, 32, 16 and 2, 1 in the thread, 8 and 4 by shuffles; a low-plane byte (4
+// consecutive codes) is one thread's float4. The float operations and their order are those of
+// turbo_warp_encode (which follows the C reference), so the bytes are the same. A warp holds 8 blocks.
+
+// one FWHT stage across the group's threads (span 4 or 8: partner thread t ^ x)
+static __device__ __forceinline__ void turbo_t4_cross(float v[8][4], const int t, const int x) {
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            const float o = __shfl_xor_sync(0xffffffff, v[m][c], x);
+            v[m][c] = (t & x) ? __fsub_rn(o, v[m][c]) : __fadd_rn(v[m][c], o);
+        }
+    }
+}
+
+static __device__ __forceinline__ void turbo_t4_fwht(float v[8][4], const int t) {
+#pragma unroll
+    for (int h = 1; h <= 2; h *= 2) {          // spans 1, 2: c bits
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                if (!(c & h)) {
+                    const float a = v[m][c], b = v[m][c + h];
+                    v[m][c] = __fadd_rn(a, b); v[m][c + h] = __fsub_rn(a, b);
+                }
+            }
+        }
+    }
+    turbo_t4_cross(v, t, 1);                   // span 4
+    turbo_t4_cross(v, t, 2);                   // span 8
+#pragma unroll
+    for (int h = 1; h <= 4; h *= 2) {          // spans 16, 32, 64: m bits
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+            if (!(m & h)) {
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    const float a = v[m][c], b = v[m + h][c];
+                    v[m][c] = __fadd_rn(a, b); v[m + h][c] = __fsub_rn(a, b);
+                }
+            }
+        }
+    }
+}
+
+// the pairwise tree sum of the block's 128 values (s[i] += s[i + h], h = 64..1), on every thread of the group
+static __device__ __forceinline__ float turbo_t4_tree_sum(float s[8][4], const int lane) {
+#pragma unroll
+    for (int h = 4; h >= 1; h /= 2) {          // h = 64, 32, 16: m bits
+#pragma unroll
+        for (int m = 0; m < h; ++m) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                s[m][c] = __fadd_rn(s[m][c], s[m + h][c]);
+            }
+        }
+    }
+#pragma unroll
+    for (int x = 2; x >= 1; x /= 2) {          // h = 8, 4: thread bits (meaningful in thread t < x)
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            s[0][c] = __fadd_rn(s[0][c], __shfl_xor_sync(0xffffffff, s[0][c], x));
+        }
+    }
+    float a = __fadd_rn(s[0][0], s[0][2]);   // h = 2
+    const float b = __fadd_rn(s[0][1], s[0][3]);
+    a = __fadd_rn(a, b);                       // h = 1
+    return __shfl_sync(0xffffffff, a, lane & ~3);
+}
+
+template <int bits>
+static __device__ __forceinline__ void turbo_t4_encode_store(const float x[8][4], uint8_t * dst_block, const int t, const int lane) {
+    bool bad = false;
+    float amax = 0.0f;
+    float v[8][4];
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            const int i = 16*m + 4*t + c;
+            bad |= !turbo_is_finite(x[m][c]);
+            const float a = fabsf(x[m][c]);
+            amax = a > amax ? a : amax;
+            v[m][c] = turbo_sign_neg(i) ? -x[m][c] : x[m][c];
+        }
+    }
+    bad |= __shfl_xor_sync(0xffffffff, (int) bad, 1) != 0;
+    bad |= __shfl_xor_sync(0xffffffff, (int) bad, 2) != 0;
+#pragma unroll
+    for (int xx = 1; xx <= 2; xx *= 2) {
+        const float o = __shfl_xor_sync(0xffffffff, amax, xx);
+        amax = o > amax ? o : amax;
+    }
+    turbo_t4_fwht(v, t);
+    int e = 0;
+    float len = 0.0f;
+    const bool zero = bad || amax == 0.0f;     // uniform in the group (all its values were seen)
+    if (!zero && amax > TURBO_CUDA_BIG_AMAX) {
+        e = (int) ((__float_as_uint(amax) >> 23) & 0xffu) - 126;
+        const int e1 = e / 2, e2 = e - e / 2;
+        const float p1 = __uint_as_float((uint32_t) (127 - e1) << 23);
+        const float p2 = __uint_as_float((uint32_t) (127 - e2) << 23);
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                v[m][c] = __fmul_rn(__fmul_rn(x[m][c], p1), p2);
+                if (turbo_sign_neg(16*m + 4*t + c)) {
+                    v[m][c] = -v[m][c];
+                }
+            }
+        }
+    }
+    // the group's threads run the same shuffles whatever their block's path (the warp's 8 groups may differ)
+    if (__any_sync(0xffffffff, !zero && amax > TURBO_CUDA_BIG_AMAX)) {
+        float w[8][4];
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+#pragma unroll
+            for (int c = 0; c < 4; ++c) {
+                w[m][c] = v[m][c];
+            }
+        }
+        turbo_t4_fwht(w, t);
+        if (!zero && amax > TURBO_CUDA_BIG_AMAX) {
+#pragma unroll
+            for (int m = 0; m < 8; ++m) {
+#pragma unroll
+                for (int c = 0; c < 4; ++c) {
+                    v[m][c] = w[m][c];
+                }
+            }
+        }
+    }
+    float s[8][4];
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            s[m][c] = __fmul_rn(v[m][c], v[m][c]);
+        }
+    }
+    len = __fsqrt_rn(turbo_t4_tree_sum(s, lane));
+    const bool ok = !zero && len > 0.0f;
+    const float inv = ok ? __fdiv_rn(1.0f, len) : 0.0f;
+    int codes[8][4];
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            const float y = __fmul_rn(v[m][c], inv);
+            int code = 0;
+            float cv = bits == 3 ? turbo_d_c3[0] : turbo_d_c2[0];
+#pragma unroll
+            for (int b = 0; b < (bits == 3 ? 7 : 3); ++b) {
+                if (y > (bits == 3 ? turbo_d_b3[b] : turbo_d_b2[b])) {
+                    code = b + 1;
+                    cv = bits == 3 ? turbo_d_c3[b + 1] : turbo_d_c2[b + 1];
+                }
+            }
+            codes[m][c] = code;
+            s[m][c] = __fmul_rn(cv, cv);
+        }
+    }
+    const float clen = __fsqrt_rn(turbo_t4_tree_sum(s, lane));
+    uint16_t nh = 0;
+    if (ok) {
+        float norm = __fdiv_rn(__fmul_rn(len, TURBO_CUDA_INV_SQRT_QK), clen);
+        if (e != 0) {
+            const int e1 = e / 2, e2 = e - e / 2;
+            norm = __fmul_rn(__fmul_rn(norm, __uint_as_float((uint32_t) (127 + e1) << 23)),
+                             __uint_as_float((uint32_t) (127 + e2) << 23));
+        }
+        if (!(norm <= TURBO_CUDA_FP16_MAX)) {
+            norm = TURBO_CUDA_FP16_MAX;
+        }
+        nh = __half_as_ushort(__float2half_rn(norm));
+    }
+    // a zero norm stores all codes 0 (as turbo_warp_store); dst_block == nullptr: a group with no block of this
+    // job (it still took part in the shuffles)
+    uint8_t * qs = dst_block + 2;
+    if (dst_block && t == 0) {
+        *(uint16_t *) dst_block = nh;
+    }
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+        int lo = 0, hi = 0;
+#pragma unroll
+        for (int c = 0; c < 4; ++c) {
+            lo |= (codes[m][c] & 3) << (2*c);
+            hi |= ((codes[m][c] >> 2) & 1) << c;
+        }
+        const int other = bits == 3 ? __shfl_xor_sync(0xffffffff, hi, 1) : 0;   // bits 4(t & 1) + c of byte 2m + t/2
+        if (dst_block) {
+            qs[4*m + t] = nh ? (uint8_t) lo : 0;
+            if (bits == 3 && !(t & 1)) {
+                qs[32 + 2*m + (t >> 1)] = nh ? (uint8_t) (hi | (other << 4)) : 0;
+            }
+        }
+    }
+}
+
+// a group's block of job j (f32 rows, 16-byte aligned, no RoPE: checked by the host): its values (offset taken)
+// and where it goes
+template <typename idx_t>
+static __device__ __forceinline__ uint8_t * turbo_t4_load(const turbo_set_rows_job & j, const int blk, const int t, float x[8][4]) {
+    const turbo_block_pos pos = turbo_block_at(blk, j.nbr, j.ne01, j.ne02);
+    const int ib = pos.ib, i01 = pos.i1, i02 = pos.i2, i03 = pos.i3;
+    const int64_t dst_row = (int64_t) ((const idx_t *) j.src1)[i01*j.s10 + (i02 % j.ne11)*j.s11 + (i03 % j.ne12)*j.s12];
+    const float * xb = (const float *) j.src0 + i01*j.s01 + i02*j.s02 + i03*j.s03 + ib*QK_TURBO;
+#pragma unroll
+    for (int m = 0; m < 8; ++m) {
+        const float4 f = *(const float4 *) (xb + 16*m + 4*t);
+        x[m][0] = f.x; x[m][1] = f.y; x[m][2] = f.z; x[m][3] = f.w;
+    }
+    if (j.off) {
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+            const float4 f = *(const float4 *) (j.off + ib*QK_TURBO + 16*m + 4*t);
+            x[m][0] = __fsub_rn(x[m][0], f.x); x[m][1] = __fsub_rn(x[m][1], f.y);
+            x[m][2] = __fsub_rn(x[m][2], f.z); x[m][3] = __fsub_rn(x[m][3], f.w);
+        }
+    }
+    return (uint8_t *) (j.dst + dst_row*j.nb1 + i02*j.nb2 + i03*j.nb3 + ib*j.bs);
+}
+
+// job a, then job b, a block per group of 4 threads; a warp whose groups straddle the two jobs (of different bit
+// widths) runs both encodes, each group storing only its own
+template <typename idx_t, int bits_a, int bits_b>
+static __global__ void k_turbo_set_rows_t4(const turbo_set_rows_job a, const turbo_set_rows_job b) {
+    const int lane = threadIdx.x % WARP_SIZE, t = lane & 3;
+    const int gid = (int) ((blockIdx.x*blockDim.x + threadIdx.x) / 4);
+    const bool in_a = gid < a.nblk, in_b = !in_a && gid < a.nblk + b.nblk;
+    if (!__any_sync(0xffffffff, in_a || in_b)) {
+        return;   // the whole warp is past the end
+    }
+    float x[8][4];
+    uint8_t * dst_block = nullptr;
+    if (in_a) {
+        dst_block = turbo_t4_load<idx_t>(a, gid, t, x);
+    } else if (in_b) {
+        dst_block = turbo_t4_load<idx_t>(b, gid - a.nblk, t, x);
+    } else {
+#pragma unroll
+        for (int m = 0; m < 8; ++m) {
+            x[m][0] = x[m][1] = x[m][2] = x[m][3] = 0.0f;
+        }
+    }
+    if (bits_a == bits_b) {
+        turbo_t4_encode_store<bits_a>(x, dst_block, t, lane);
+        return;
+    }
+    if (__any_sync(0xffffffff, in_a)) {
+        turbo_t4_encode_store<bits_a>(x, in_a ? dst_block : nullptr, t, lane);
+    }
+    if (__any_sync(0xffffffff, in_b)) {
+        turbo_t4_encode_store<bits_b>(x, in_b ? dst_block : nullptr, t, lane);
+    }
+}
+
 // job a, then job b (b.nblk = 0 when there is one): a decode step's K and V writes in one launch
 template <typename src_t, typename idx_t, int bits_a, int bits_b>
 static __global__ void k_turbo_set_rows(const turbo_set_rows_job a, const turbo_set_rows_job b) {
@@ -192,8 +457,31 @@ static void turbo_rope_of(const ggml_tensor * rope, turbo_set_rows_job & j) {
     j.s01  = x->nb[2]/sizeof(float);   // one token's heads are contiguous (checked by the caller)
 }
 
+// the 4-threads-per-block kernel reads float4s (f32 rows whose starts and strides are 16-byte multiples) and
+// leaves a fused RoPE to the warp kernel
+static bool turbo_t4_aligned(const turbo_set_rows_job & j) {
+    const auto a16 = [](const void * p) { return ((uintptr_t) p & 15) == 0; };
+    return j.nblk == 0 || (a16(j.src0) && j.s01 % 4 == 0 && j.s02 % 4 == 0 && j.s03 % 4 == 0 && (!j.off || a16(j.off)) &&
+        !j.rope.pos);
+}
+
 template <typename src_t, typename idx_t, int bits_a>
 static void turbo_set_rows_launch_b(cudaStream_t stream, const turbo_set_rows_job & a, const turbo_set_rows_job & b, const int bits_b) {
+    // TURBO_SET_ROWS=4 (gpu-next, not measured): 4 threads per block instead of a warp
+    static const bool t4 = ggml_cuda_turbo_env_int("TURBO_SET_ROWS", 1) == 4;
+    if constexpr (std::is_same_v<src_t, float>) {
+        if (t4 && turbo_t4_aligned(a) && turbo_t4_aligned(b)) {
+            const int64_t n = (int64_t) a.nblk + b.nblk;
+            const dim3 grid((unsigned) ((n + 63) / 64)), block(256);   // 64 blocks (8 warps) per CUDA block
+            if (bits_b == 3) {
+                k_turbo_set_rows_t4<idx_t, bits_a, 3><<<grid, block, 0, stream>>>(a, b);
+            } else {
+                k_turbo_set_rows_t4<idx_t, bits_a, 2><<<grid, block, 0, stream>>>(a, b);
+            }
+            CUDA_CHECK(cudaGetLastError());
+            return;
+        }
+    }
     const dim3 grid = turbo_grid((int64_t) a.nblk + b.nblk);
     const dim3 block(TURBO_WARPS_PER_BLOCK*WARP_SIZE);
     if (bits_b == 3) {
