@@ -1,0 +1,67 @@
+// Host check of gpu-next's fused-RoPE math (turbo_rope_cs / turbo_rope_block from cuda/turbo.cu, compiled as host
+// code with a warp emulated lane by lane) against ggml's CPU ROPE, normal and neox, with and without YaRN.
+#include <cmath>
+#include <cstdio>
+#include <cstdint>
+#include <cstring>
+#include <vector>
+#include "ggml.h"
+#include "ggml-cpu.h"
+#define __device__
+#define __forceinline__ inline
+// lane-emulated shuffle: the block function is run for all 32 lanes in lockstep, k by k (see below)
+static float g_lane_vals[32];
+static int g_cur_lane;
+static inline float __shfl_xor_sync(unsigned, float, int x) { return g_lane_vals[g_cur_lane ^ x]; }
+#include "rope_src.inc"
+
+int main() {
+    int fails = 0;
+    for (int mode : {0, 2}) for (float ext : {0.0f, 1.0f}) for (int pos : {0, 7, 513, 4095, 100000}) {
+        const int D = 128, n_dims = 128;
+        const float freq_base = 10000.0f, freq_scale = ext != 0.0f ? 0.25f : 1.0f, attn_factor = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f;
+        const int n_ctx_orig = 4096;
+        std::vector<float> x(D);
+        for (int i = 0; i < D; ++i) x[i] = sinf(0.37f*i + 0.11f*pos) * (1.0f + 0.01f*i);
+        // ggml CPU reference
+        ggml_init_params ip = { 16*1024*1024, nullptr, false };
+        ggml_context * ctx = ggml_init(ip);
+        ggml_tensor * a = ggml_new_tensor_3d(ctx, GGML_TYPE_F32, D, 1, 1);
+        ggml_tensor * p = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, 1);
+        memcpy(a->data, x.data(), D*sizeof(float)); ((int32_t *) p->data)[0] = pos;
+        ggml_tensor * r = ggml_rope_ext(ctx, a, p, nullptr, n_dims, mode, n_ctx_orig, freq_base, freq_scale, ext, attn_factor, beta_fast, beta_slow);
+        ggml_cgraph * gf = ggml_new_graph(ctx); ggml_build_forward_expand(gf, r);
+        ggml_graph_compute_with_ctx(ctx, gf, 1);
+        // the fused kernel's math
+        turbo_rope rp{};
+        int32_t posv = pos; rp.pos = &posv; rp.freq_factors = nullptr; rp.D = D; rp.n_dims = n_dims; rp.n_offs = 0; rp.neox = mode == 2;
+        rp.theta_scale = powf(freq_base, -2.0f/n_dims); rp.freq_scale = freq_scale; rp.ext_factor = ext; rp.attn_factor = attn_factor;
+        float corr[2]; ggml_rope_yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow, corr);
+        rp.corr0 = corr[0]; rp.corr1 = corr[1];
+        std::vector<float> out(D);
+        float v[32][4];
+        for (int l = 0; l < 32; ++l) for (int k = 0; k < 4; ++k) v[l][k] = x[l + 32*k];
+        // lockstep emulation: turbo_rope_block reads the partner (lane ^ 1) for each k before writing; run each lane
+        // on a copy of every lane's inputs
+        // lockstep emulation: value k of lane l comes from a run of the block function in which every shuffle
+        // returns the partner lane's value k (the other outputs of that run are discarded)
+        float res[32][4];
+        for (int l = 0; l < 32; ++l) {
+            g_cur_lane = l;
+            for (int k = 0; k < 4; ++k) {
+                for (int q = 0; q < 32; ++q) g_lane_vals[q] = v[q][k];
+                float one[4] = {v[l][0], v[l][1], v[l][2], v[l][3]};
+                turbo_rope_block(rp, one, 0, pos, l);
+                res[l][k] = one[k];
+            }
+        }
+        for (int l = 0; l < 32; ++l) for (int k = 0; k < 4; ++k) out[l + 32*k] = res[l][k];
+        double maxd = 0;
+        for (int i = 0; i < D; ++i) maxd = fmax(maxd, fabs(out[i] - ((float *) r->data)[i]));
+        printf("mode=%d ext=%.0f pos=%6d max|diff|=%.3g\n", mode, ext, pos, maxd);
+        if (maxd > 1e-7*(pos + 1) + 1e-6) fails++;   // float angles: the difference grows with the position
+        ggml_free(ctx);
+    }
+    printf("%s\n", fails ? "FAIL" : "PASS");
+    return fails != 0;
+}
