@@ -1,0 +1,95 @@
+// Host check of gpu-next's 4-threads-per-block KV write (turbo_t4_encode_store in cuda/turbo.cu): a warp of 32
+// threads emulated with std::thread and a barrier at every warp primitive, its 8 blocks' bytes compared with the
+// C reference (quantize_row_turbo*_ref, cpu_ref/), which the CUDA path must equal bit for bit.
+#include <barrier>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstring>
+#include <random>
+#include <thread>
+#include <vector>
+#include "ggml.h"
+#include "ggml-turbo.h"
+
+#define __device__
+#define __forceinline__ inline
+#define TURBO_CUDA_INV_SQRT_QK 0.0883883476483184405f
+#define TURBO_CUDA_FP16_MAX    65504.0f
+#define TURBO_CUDA_BIG_AMAX    4294967296.0f
+#include "turbo_consts.inc"   // TURBO_CUDA_SIGN_WORDS, _C3, _B3, _C2, _B2 (from cuda/turbo-common.cuh)
+static const unsigned int turbo_d_sign_words[4] = TURBO_CUDA_SIGN_WORDS;
+static const float turbo_d_c3[8] = TURBO_CUDA_C3, turbo_d_b3[7] = TURBO_CUDA_B3;
+static const float turbo_d_c2[4] = TURBO_CUDA_C2, turbo_d_b2[3] = TURBO_CUDA_B2;
+static inline bool turbo_sign_neg(const int i) { return (turbo_d_sign_words[i >> 5] >> (i & 31)) & 1u; }
+static inline uint32_t __float_as_uint(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
+static inline float __uint_as_float(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
+static inline bool turbo_is_finite(const float x) { return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u; }
+static inline float __fadd_rn(float a, float b) { return a + b; }   // built with -ffp-contract=off
+static inline float __fsub_rn(float a, float b) { return a - b; }
+static inline float __fmul_rn(float a, float b) { return a*b; }
+static inline float __fdiv_rn(float a, float b) { return a/b; }
+static inline float __fsqrt_rn(float a) { return sqrtf(a); }
+static inline uint16_t __float2half_rn(float x) { return ggml_fp32_to_fp16(x); }
+static inline uint16_t __half_as_ushort(uint16_t h) { return h; }
+
+// the warp: 32 threads meeting at a barrier around every exchange
+static std::barrier<> * g_bar;
+static thread_local int g_lane;
+static float g_f[32]; static int g_i[32];
+static inline float __shfl_xor_sync(unsigned, float v, int x) {
+    g_f[g_lane] = v; g_bar->arrive_and_wait(); const float r = g_f[g_lane ^ x]; g_bar->arrive_and_wait(); return r;
+}
+static inline int __shfl_xor_sync(unsigned, int v, int x) {
+    g_i[g_lane] = v; g_bar->arrive_and_wait(); const int r = g_i[g_lane ^ x]; g_bar->arrive_and_wait(); return r;
+}
+static inline float __shfl_sync(unsigned, float v, int src) {
+    g_f[g_lane] = v; g_bar->arrive_and_wait(); const float r = g_f[src]; g_bar->arrive_and_wait(); return r;
+}
+static inline bool __any_sync(unsigned, bool p) {
+    g_i[g_lane] = p; g_bar->arrive_and_wait();
+    bool r = false; for (int l = 0; l < 32; ++l) r |= g_i[l] != 0;
+    g_bar->arrive_and_wait(); return r;
+}
+#include "t4_src.inc"
+
+template <int bits>
+static int check(const std::vector<float> & x) {   // x: 8 blocks of 128
+    const int bs = bits == 3 ? 50 : 34;
+    std::vector<uint8_t> got(8*bs, 0xAB), ref(8*bs);
+    std::barrier<> bar(32); g_bar = &bar;
+    std::vector<std::thread> th;
+    for (int lane = 0; lane < 32; ++lane) {
+        th.emplace_back([&, lane] {
+            g_lane = lane;
+            const int g = lane >> 2, t = lane & 3;
+            float v[8][4];
+            for (int m = 0; m < 8; ++m) for (int c = 0; c < 4; ++c) v[m][c] = x[g*128 + 16*m + 4*t + c];
+            turbo_t4_encode_store<bits>(v, got.data() + g*bs, t, lane);
+        });
+    }
+    for (auto & t : th) t.join();
+    if (bits == 3) quantize_row_turbo3_ref(x.data(), (block_turbo3 *) ref.data(), 8*128);
+    else           quantize_row_turbo2_ref(x.data(), (block_turbo2 *) ref.data(), 8*128);
+    int bad = 0;
+    for (int b = 0; b < 8; ++b) bad += memcmp(got.data() + b*bs, ref.data() + b*bs, bs) != 0;
+    return bad;
+}
+
+int main() {
+    std::mt19937 rng(1);
+    std::normal_distribution<float> nd(0.0f, 1.0f);
+    int fails = 0, blocks = 0;
+    for (int trial = 0; trial < 40; ++trial) {
+        std::vector<float> x(8*128);
+        for (auto & v : x) v = nd(rng);
+        // special blocks: zeros, tiny, huge (the pre-scaled path), one NaN, one Inf, a spike
+        if (trial % 4 == 1) { for (int i = 0; i < 128; ++i) x[i] = 0.0f; for (int i = 128; i < 256; ++i) x[i] *= 1e-30f; }
+        if (trial % 4 == 2) { for (int i = 256; i < 384; ++i) x[i] *= 3e37f; x[400] = NAN; x[600] = INFINITY; }
+        if (trial % 4 == 3) { x[700] = 1e6f; x[900] = -5e9f; }
+        const int b3 = check<3>(x), b2 = check<2>(x);
+        fails += b3 + b2; blocks += 16;
+    }
+    printf("%d of %d blocks differ from the C reference\n%s\n", fails, blocks, fails ? "FAIL" : "PASS");
+    return fails != 0;
+}
