@@ -6,7 +6,7 @@
 #     calls 2..6: `model` (one part of the Gemma GGUF each: .devcarry/m1/p1 .. m5/p5, split so that a part plus
 #     the repo stays under the 64 MiB a call carries)
 #     then `wait model test ppl cli`, `kv bench` ...
-#   bench runs (TL_BENCH, default main): main, deep (128K), v3, mma4..mma9 (TURBO_FA_MMA), hf (TURBO_FA_HEADS_FIRST=1),
+#   bench runs (TL_BENCH, default main): main, deep (128K), v3, mma8, mma9 (TURBO_FA_MMA), hf (TURBO_FA_HEADS_FIRST=1),
 #   pre0 (TURBO_FA_PREFILL=0: the generic prefill conversion), nooff (TURBO_K_OFFSET=0), steps2.. (TURBO_FA_MIN_STEPS), cl (TURBO_FA_CLUSTER=1)
 # Needs .devcarry/tree.tar.gz: the stripped upstream tree (b11312) with our overlay + patches applied
 # (made by ci/make-devcarry.sh from the patched dev tree: git archive minus docs/ models/ media/, unused backends).
@@ -129,7 +129,8 @@ if [[ " $PHASES " == *" test "* ]]; then
     log "bit-exactness of the CUDA write path"
     "$B/test-turbo-cuda" > "$OUT/bitexact.log" 2>&1; log "test-turbo-cuda rc=$?"
     grep "BITEXACT" "$OUT/bitexact.log" | tee -a "$OUT/summary.txt"
-    for bv in ${TL_BITEXACT_VARIANTS:-}; do   # e.g. TURBO_SET_ROWS=4 (another write kernel)
+    # the default write kernel of test-turbo-cuda's 4096 blocks is the 4-thread one; TURBO_SET_ROWS=1 is the warp one
+    for bv in ${TL_BITEXACT_VARIANTS-TURBO_SET_ROWS=1}; do
         env $bv "$B/test-turbo-cuda" > "$OUT/bitexact-$bv.log" 2>&1; log "$bv test-turbo-cuda rc=$?"
         grep "BITEXACT" "$OUT/bitexact-$bv.log" | tee -a "$OUT/summary.txt"
     done
@@ -137,7 +138,7 @@ if [[ " $PHASES " == *" test "* ]]; then
     # CPY turbo -> f16 is left out: the CPU reference (ggml-cpu dup) aborts on quantized -> f16 (lead's side)
     # spec: [ENV=VALUE:]OP|FILTER; the default kernel first, then the other variants on the pairs they serve
     for spec in "SET_ROWS|turbo" "SUB_SET_ROWS|turbo" "CPY|type_dst=turbo|type_src=turbo[23],type_dst=f32" "GET_ROWS|turbo" \
-                "FLASH_ATTN_EXT|turbo" ${TL_FA_VARIANTS:-"TURBO_FA_MMA=5:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_PREFILL=0:FLASH_ATTN_EXT|turbo"}; do
+                "FLASH_ATTN_EXT|turbo" ${TL_FA_VARIANTS:-"TURBO_SET_ROWS=4:SET_ROWS|turbo" "TURBO_SET_ROWS=4:SUB_SET_ROWS|turbo" "TURBO_FA_MMA=8:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_PREFILL=0:FLASH_ATTN_EXT|turbo"}; do
         split_env_spec "$spec"; op=${rest%%|*}; filt=${rest#*|}
         echo "=== ${envset:+$envset }test-backend-ops -b CUDA0 -o $op -p '$filt'" >> "$OUT/tbo.log"
         env ${envset:-TL_NONE=1} "$B/test-backend-ops" -b CUDA0 -o $op -p "$filt" > "$WORK/tbo_one.log" 2>&1
@@ -145,7 +146,7 @@ if [[ " $PHASES " == *" test "* ]]; then
         log "${envset:+$envset }test-backend-ops -b CUDA0 -o $op -p '$filt': rc=$rc | $(grep -E 'tests passed' "$WORK/tbo_one.log" | tail -1) | FAIL lines: $(grep -c FAIL "$WORK/tbo_one.log")"
         if [ "$op" = FLASH_ATTN_EXT ] && [ -z "$envset" ] && [ "$rc" != 0 ] && [ ! -f "$WORK/safe.env" ]; then
             grep -E "FAIL" "$WORK/tbo_one.log" | head -20 >> "$OUT/summary.txt"
-            for safe in "TURBO_FA_MMA=5" "TURBO_FA_PREFILL=0 TURBO_FA_MMA=4" "TURBO_FA_PREFILL=0 TURBO_FA_V3=1"; do
+            for safe in "TURBO_FA_MMA=8" "TURBO_FA_PREFILL=0 TURBO_FA_MMA=8" "TURBO_FA_PREFILL=0 TURBO_FA_V3=1"; do
                 env $safe "$B/test-backend-ops" -b CUDA0 -o FLASH_ATTN_EXT -p "$filt" > "$WORK/tbo_safe.log" 2>&1
                 r2=$?; log "default FA FAILED; with $safe: rc=$r2 | $(grep -E 'tests passed' "$WORK/tbo_safe.log" | tail -1)"
                 if [ "$r2" = 0 ]; then echo "$safe" > "$WORK/safe.env"; export $safe; break; fi
@@ -157,7 +158,7 @@ if [[ " $PHASES " == *" test "* ]]; then
         "$B/test-backend-ops" perf -b CUDA0 -o SET_ROWS > "$OUT/perf.log" 2>&1
         "$B/test-backend-ops" perf -b CUDA0 -o CPY >> "$OUT/perf.log" 2>&1
         "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$FA_PERF" >> "$OUT/perf.log" 2>&1
-        # other kernel variants on the same turbo cases, for the per-version notes (TL_PERF_VARIANT="TURBO_FA_MMA=8 TURBO_FA_MMA=10")
+        # other kernel variants on the same turbo cases, for the per-version notes (TL_PERF_VARIANT="TURBO_FA_MMA=8 TURBO_SET_ROWS=1")
         for pv in ${TL_PERF_VARIANT:-}; do
             echo "=== $pv" >> "$OUT/perf.log"
             env $pv "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$FA_PERF.*type_K=turbo" >> "$OUT/perf.log" 2>&1

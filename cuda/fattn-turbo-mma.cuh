@@ -1,4 +1,5 @@
-// turbo-llama: tensor-core flash-attention decode for turbo K and turbo V (kernel v4, DESIGN.md §2).
+// turbo-llama: tensor-core flash-attention decode for turbo K and turbo V (kernel v4 and its successors up to
+// v11, DESIGN.md §2; the history is in results/cuda-fa-notes.md).
 //
 // Why: the scalar kernel (fattn-turbo.cuh) spends ~830 shared-memory instructions per key and runs at
 // 0.23 TB/s on the cache. Here every warp walks its own keys, 16 at a time, with all query rows of the
@@ -59,101 +60,32 @@ template <int bits> static __device__ __forceinline__ uint32_t turbo_mma_pair(co
     return turbo_h2_bits(turbo_d_c2[i & 3], turbo_d_c2[(i >> 2) & 3]);
 }
 
-// registers of one 16-key step, loaded one step ahead as raw 16-bit halves (assembled only when used, so
-// that the loads stay in flight during the step before). Turbo blocks are 50/34 bytes: 2-byte aligned.
-//   K: keys g, g+8 (g = lane/4): dims 32t..32t+31 of each 128-block (t = lane%4): low-plane words 2t, 2t+1,
-//      high-plane word 8+t (turbo3), and the block norm.
-//   V: keys 2t, 2t+1, 2t+8, 2t+9: dims 16g..16g+15 of each 128-block: low-plane word g, high-plane 16 bits
-//      at byte 32 + 2g (turbo3); V norms of keys g, g+8 (the keys of this lane's P entries).
-template <int NB, int KBITS, int VBITS>
-struct turbo_mma_step {
-    static constexpr int KH = KBITS == 3 ? 6 : 4;   // 16-bit halves per key and block
-    static constexpr int VH = VBITS == 3 ? 3 : 2;
-    uint16_t k[2][NB][KH];
-    uint16_t v[4][NB][VH];
-    uint16_t kn[2][NB], vn[2][NB];
-
-    __device__ __forceinline__ void load(const char * Kb, const int64_t nb11, const char * Vb, const int64_t nb21,
-            const int k0, const int n_kv, const int g, const int t) {
-        constexpr int KBS = KBITS == 3 ? 50 : 34, VBS = VBITS == 3 ? 50 : 34;
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int key = k0 + g + 8*i;
-            const bool ok = key < n_kv;
-            const char * kr = Kb + (int64_t) (ok ? key : 0)*nb11;
-            const char * vr = Vb + (int64_t) (ok ? key : 0)*nb21;
-#pragma unroll
-            for (int b = 0; b < NB; ++b) {
-                const uint16_t * qs = (const uint16_t *) (kr + b*KBS + 2);
-#pragma unroll
-                for (int h = 0; h < 4; ++h) {
-                    k[i][b][h] = ok ? qs[4*t + h] : 0;            // words 2t, 2t+1
-                }
-                if (KBITS == 3) {
-                    k[i][b][4] = ok ? qs[16 + 2*t] : 0;          // word 8 + t
-                    k[i][b][5] = ok ? qs[16 + 2*t + 1] : 0;
-                }
-                kn[i][b] = ok ? *(const uint16_t *) (kr + b*KBS) : 0;
-                vn[i][b] = ok ? *(const uint16_t *) (vr + b*VBS) : 0;
-            }
-        }
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int key = k0 + 2*t + (i & 1) + 8*(i >> 1);
-            const bool ok = key < n_kv;
-            const char * vr = Vb + (int64_t) (ok ? key : 0)*nb21;
-#pragma unroll
-            for (int b = 0; b < NB; ++b) {
-                const uint16_t * qs = (const uint16_t *) (vr + b*VBS + 2);
-                v[i][b][0] = ok ? qs[2*g] : 0;
-                v[i][b][1] = ok ? qs[2*g + 1] : 0;
-                if (VBITS == 3) {
-                    v[i][b][2] = ok ? qs[16 + g] : 0;
-                }
-            }
-        }
-    }
-};
-
-static __device__ __forceinline__ uint32_t turbo_u32(const uint16_t lo, const uint16_t hi) {
-    return (uint32_t) lo | ((uint32_t) hi << 16);
-}
-
-// ---- v5: the tile's bytes are copied by the whole warp with 4-byte cp.async into a per-warp ring of
-// shared-memory stages (a key's NB blocks are contiguous and 2-byte aligned: the copy covers them from the
-// 4-byte word below), so that a warp's loads are a few coalesced requests instead of 16-bit loads spread
-// over 16 rows; each lane then reads its words from shared memory.
-// v8: whole 16-byte chunks instead (cp.async.cg, a few instructions per chunk, the chunk of each lane fixed for
-// the whole loop): a key's bytes start at an even offset 0..14 of their first chunk, so KC chunks cover them.
+// ---- staging: each warp copies its tile's bytes with 16-byte cp.async (L2 only) into a per-warp ring of
+// shared-memory stages, so that its loads are a few coalesced requests instead of 16-bit loads spread over 16 rows
+// (v5, v8); each lane then reads its words from shared memory. A key's NB blocks are contiguous and 2-byte aligned:
+// its bytes start at an even offset 0..14 of their first chunk, so KC chunks cover them.
 // v11 (VAR 9): staged rows of an odd number of chunks. A turbo3 row at D = 128 is 4 chunks (16 words), so rows g
 // and g + 2 start in the same bank and the lanes of one t (8 rows) read 4-way conflicting words; 5 chunks (20 words)
 // spread the 8 rows over 8 bank offsets (ncu of v10: 61% of the shared wavefronts were conflicts; a model of one
 // step's staged reads, llama8b layout: 112 -> 36 wavefronts). turbo2 at D = 128 is already 3 chunks.
 template <int NB, int KBITS, int VBITS, int VAR>
 struct turbo_mma_stage_cfg {
-    static constexpr bool CHUNKS = VAR >= 8;
     static constexpr int RC = VAR >= 9 ? 1 : 0;                // v11: rows rounded up to an odd number of chunks
     static constexpr int KBYTES = NB*(KBITS == 3 ? 50 : 34);   // one key's bytes of this head
     static constexpr int VBYTES = NB*(VBITS == 3 ? 50 : 34);
-    static constexpr int KC = (KBYTES + 14 + 15)/16;           // v8: 16-byte chunks per key
+    static constexpr int KC = (KBYTES + 14 + 15)/16;           // 16-byte chunks per key
     static constexpr int VC = (VBYTES + 14 + 15)/16;
-    static constexpr int KW = CHUNKS ? 4*(KC | RC) : (KBYTES + 2 + 3)/4;   // words per staged key row
-    static constexpr int VW = CHUNKS ? 4*(VC | RC) : (VBYTES + 2 + 3)/4;
-    static constexpr int ALIGN = CHUNKS ? 15 : 3;              // a row's start offset in its staged copy: address & ALIGN
+    static constexpr int KW = 4*(KC | RC);                     // words per staged key row
+    static constexpr int VW = 4*(VC | RC);
+    static constexpr int ALIGN = 15;                           // a row's start offset in its staged copy: address & ALIGN
     static constexpr int WORDS = TURBO_MMA_KEYS*(KW + VW);     // one stage
-    static constexpr int NSTAGE = NB == 1 ? (VAR == 7 ? 5 : 3) : 2; // stages in flight (shared memory: 48 KB static)
+    static constexpr int NSTAGE = NB == 1 ? 3 : 2;             // stages in flight (shared memory: 48 KB static)
 };
 
-// asynchronous copy of N bytes (4: through L1, v5; 16: L2 only, v8) to shared memory; src_bytes < N zero-fills the rest
-template <int N>
-static __device__ __forceinline__ void turbo_cp_async(const uint32_t dst, const void * src, const int src_bytes) {
-    static_assert(N == 4 || N == 16, "cp.async copies 4, 8 or 16 bytes; .cg only 16");
+// asynchronous copy of 16 bytes to shared memory, L2 only; src_bytes < 16 zero-fills the rest
+static __device__ __forceinline__ void turbo_cp_async16(const uint32_t dst, const void * src, const int src_bytes) {
 #ifdef AMPERE_MMA_AVAILABLE
-    if (N == 16) {
-        asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(src_bytes));
-    } else {
-        asm volatile("cp.async.ca.shared.global [%0], [%1], 4, %2;" :: "r"(dst), "l"(src), "r"(src_bytes));
-    }
+    asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;" :: "r"(dst), "l"(src), "r"(src_bytes));
 #else
     GGML_UNUSED(dst); GGML_UNUSED(src); GGML_UNUSED(src_bytes);
 #endif
@@ -169,42 +101,9 @@ template <int N> static __device__ __forceinline__ void turbo_cp_async_wait() {
 #endif
 }
 
-// copies the NBYTES of 16 rows (keys k0..k0+15) into words[16][NW]; keys past n_kv are zero-filled
-template <int NBYTES, int NWORDS>
-static __device__ __forceinline__ void turbo_mma_stage_rows(uint32_t * words, const char * base, const int64_t nb1,
-        const int k0, const int n_kv, const int lane) {
-    const uint32_t dst0 = (uint32_t) __cvta_generic_to_shared(words);
-#pragma unroll
-    for (int w = lane; w < TURBO_MMA_KEYS*NWORDS; w += WARP_SIZE) {
-        const int kk = w / NWORDS, j = w % NWORDS;
-        const int key = k0 + kk;
-        const char * row = base + (int64_t) (key < n_kv ? key : 0)*nb1;
-        const int sh = (int) ((uintptr_t) row & 3);
-        const int n = key < n_kv ? min(4, max(0, sh + NBYTES - 4*j)) : 0;   // no byte past the key's blocks
-        turbo_cp_async<4>(dst0 + 4*w, row - sh + 4*j, n);
-    }
-}
-
-// v8: copies the NC 16-byte chunks that cover each of the 16 rows' bytes into words[16][4*NC]; rows past n_kv
-// are zero-filled. A chunk holds at least one byte of its row, so it never leaves the row's memory page.
-template <int NC>
-static __device__ __forceinline__ void turbo_mma_stage_chunks(uint32_t * words, const char * base, const int64_t nb1,
-        const int k0, const int n_kv, const int lane) {
-    const uint32_t dst0 = (uint32_t) __cvta_generic_to_shared(words);
-#pragma unroll
-    for (int i = lane; i < TURBO_MMA_KEYS*NC; i += WARP_SIZE) {
-        const int kk = i / NC, c = i % NC;
-        const int key = k0 + kk;
-        const bool ok = key < n_kv;
-        const uintptr_t row = (uintptr_t) (base + (int64_t) (ok ? key : 0)*nb1);
-        turbo_cp_async<16>(dst0 + 16*i, (const void *) ((row & ~(uintptr_t) 15) + 16*c), ok ? 16 : 0);
-    }
-}
-
-// v10 (not measured yet): the same copies as turbo_mma_stage_chunks without a 64-bit multiply per chunk. A
-// lane's chunks sit at fixed keys kk and chunk numbers c of every tile, and a tile starts at a multiple of 16
-// keys, so (row & 15) does not depend on the tile: each chunk's byte offset from the tile's first row is
-// computed once, and a tile adds t1*16*nb1.
+// v10: the copies of one stage without a 64-bit multiply per chunk. A lane's chunks sit at fixed keys kk and
+// chunk numbers c of every tile, and a tile starts at a multiple of 16 keys, so (row & 15) does not depend on the
+// tile: each chunk's byte offset from the tile's first row is computed once, and a tile adds t1*16*nb1.
 template <int NC, int RW>
 struct turbo_mma_chunk_src {
     static constexpr int SLOTS = (TURBO_MMA_KEYS*NC + WARP_SIZE - 1)/WARP_SIZE;
@@ -229,7 +128,7 @@ struct turbo_mma_chunk_src {
             const int i = lane + WARP_SIZE*s;
             if (i < TURBO_MMA_KEYS*NC) {
                 const bool ok = t1*TURBO_MMA_KEYS + i / NC < n_kv;
-                turbo_cp_async<16>(dst0 + 4*((i / NC)*RW + 4*(i % NC)), ok ? tile + off[s] : safe, ok ? 16 : 0);
+                turbo_cp_async16(dst0 + 4*((i / NC)*RW + 4*(i % NC)), ok ? tile + off[s] : safe, ok ? 16 : 0);
             }
         }
     }
@@ -268,15 +167,6 @@ static __device__ __forceinline__ uint32_t turbo_sh_u16(const uint32_t * row, co
     return (row[off >> 2] >> ((off & 2)*8)) & 0xFFFFu;
 }
 
-// K: pair m (dims 2m, 2m+1 of the lane's 32) -> table index
-template <int bits> static __device__ __forceinline__ int turbo_mma_kidx(const uint32_t lo0, const uint32_t lo1, const uint32_t hi, const int m) {
-    int idx = ((m < 8 ? lo0 : lo1) >> (4*(m & 7))) & 15;
-    if (bits == 3) {
-        idx |= ((hi >> (2*m)) & 3) << 4;
-    }
-    return idx;
-}
-
 // V: the codes of two keys a, b at the lane's 16 dims, interleaved so that nibble jj of lo_e/lo_o holds
 // (a, b) at dim 2jj / 2jj+1, and bits 2jj, 2jj+1 of hi_e/hi_o their high bits
 struct turbo_mma_vpair {
@@ -288,15 +178,8 @@ struct turbo_mma_vpair {
         hi_o = ((ha >> 1) & 0x5555u) | (hb & 0xAAAAu);
     }
 };
-template <int bits> static __device__ __forceinline__ int turbo_mma_vidx(const uint32_t lo, const uint32_t hi, const int jj) {
-    int idx = (lo >> (4*jj)) & 15;
-    if (bits == 3) {
-        idx |= ((hi >> (2*jj)) & 3) << 4;
-    }
-    return idx;
-}
 
-// gpu-next, not measured: the splits of a row group as one thread-block cluster (sm_90). Each block has left its
+// TURBO_FA_CLUSTER=1 (run 12: no gain measured): the splits of a row group as one thread-block cluster (sm_90). Each block has left its
 // warps' merged output in its shared memory (om: rows x D, unnormalised; mc/lc: row maxima in base e and sums);
 // the cluster's warps then take the (row, 128-block) pieces in turn, merge them over the blocks through distributed
 // shared memory exactly as the combine kernel merges the global partials, rotate back and write dst.
@@ -327,17 +210,14 @@ static __device__ __forceinline__ void turbo_mma_cluster_merge(const turbo_fa_pa
 #endif
 }
 
-// VAR: 4 = v4 (16-bit loads into registers, one step ahead); 5 = v5 (cp.async ring); 6 = v5 with the
-// registers capped for TURBO_MMA_MIN_BLOCKS blocks per SM at D = 128 (more warps, a few spilled values);
-// 7 = v5 with 5 stages in the ring at D = 128 (more bytes in flight); 8 = v5 with 16-byte chunk staging and
-// index bytes (turbo_mma_idx4): ncu on v5 showed it bound by instruction issue (~1140 warp instructions per
-// 16-key step, a quarter of them computing the 4-byte copies' addresses, half cutting table indexes); 9 = v8 with
-// staged rows of an odd number of chunks (v11, fewer bank conflicts); 10, 11 = v12 (below); 12 = v11 merging its
-// splits in a thread-block cluster
+// VAR (TURBO_FA_MMA): 8 = v8/v10, 16-byte chunk staging and index bytes (turbo_mma_idx4): ncu on v5 had shown the
+// loop bound by instruction issue (~1140 warp instructions per 16-key step, a quarter of them computing 4-byte
+// copies' addresses, half cutting table indexes); 9 = v11, staged rows of an odd number of chunks (the default);
+// 12 = v11 merging its splits in a thread-block cluster. Earlier variants (v4-v7, v12) and their measurements are in
+// results/cuda-fa-notes.md.
 template <int D, ggml_type type_K, ggml_type type_V, int VAR>
-__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 10 ? TURBO_MMA_MIN_BLOCKS + 1 : VAR == 6 || VAR >= 8 ? TURBO_MMA_MIN_BLOCKS : 3) : 1)
+__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? TURBO_MMA_MIN_BLOCKS : 1)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
-    constexpr bool STAGED = VAR >= 5;
 #ifndef AMPERE_MMA_AVAILABLE
     GGML_UNUSED(p);
     NO_DEVICE_CODE;
@@ -350,23 +230,16 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
     typedef turbo_mma_stage_cfg<NB, KBITS, VBITS, VAR> cfg;
-    constexpr bool IDX4 = VAR >= 8;
-    // v12 (VAR 10 and 11, D = 128, not measured yet): q's B fragments read from shared memory every step instead of
-    // held in 16 registers, and two S accumulators (even/odd 16-dim chunks: two mma chains of 4 instead of one of 8).
-    // 10: registers capped for 5 blocks (20 warps) per SM, run 11's ncu having found the loop latency-bound with 3.7
-    // warps per scheduler (static: 96 registers, 22 spilled values reloaded per step); 11: 4 blocks, no spills
-    constexpr bool QSH = VAR == 10 || VAR == 11;
     // VAR 12 = v11 with the splits merged in a thread-block cluster (see turbo_mma_cluster_merge). A variant of its
     // own: the merge code in every kernel costs the loop ~125 more instructions per step (registers), static count
     constexpr bool CLUSTER = VAR == 12;
-    constexpr int RING = STAGED ? NW*cfg::NSTAGE*cfg::WORDS : 0;       // staging ring (v5), words
+    constexpr int RING = NW*cfg::NSTAGE*cfg::WORDS;                   // staging ring, words
     constexpr int OSZ  = NW*NR*D;                                     // the warps' outputs (epilogue), floats
     __shared__ float    q_sh[NR*QS];
     __shared__ __align__(256) uint32_t pairK[64];
     __shared__ __align__(256) uint32_t pairV[64];
     __shared__ float    Ms[NW*NR], Ls[NW*NR];
     __shared__ float    Mc[NR], Lc[NR];                           // cluster merge: this block's row maxima and sums
-    __shared__ uint2    qf_sh[QSH ? NB*8*WARP_SIZE : 1];       // v12: the lanes' B fragments of Q^T
     __shared__ uint32_t ring_os[RING > OSZ ? RING : OSZ];             // the ring is dead when the outputs are written
     float * Os = (float *) ring_os;
 
@@ -396,38 +269,26 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     const int n_tiles = (p.n_kv + TURBO_MMA_KEYS - 1) / TURBO_MMA_KEYS;
     const int t_begin = split*p.tiles_per_split;
     const int t_end   = min(n_tiles, t_begin + p.tiles_per_split);
-    turbo_mma_step<NB, KBITS, VBITS> cur, nxt;
     uint32_t * ring = ring_os + warp*cfg::NSTAGE*cfg::WORDS;
     // one stage's copies: K rows then V rows of the 16 keys of tile t1
     turbo_mma_chunk_src<cfg::KC, cfg::KW> ksrc;
     turbo_mma_chunk_src<cfg::VC, cfg::VW> vsrc;
-    if (cfg::CHUNKS) {
-        ksrc.init(Kb, p.nb11, lane);
-        vsrc.init(Vb, p.nb21, lane);
-    }
+    ksrc.init(Kb, p.nb11, lane);
+    vsrc.init(Vb, p.nb21, lane);
     auto stage = [&](uint32_t * st, const int t1) {
-        if (cfg::CHUNKS) {
-            ksrc.copy(st, Kb, p.nb11, t1, p.n_kv, lane);
-            vsrc.copy(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1, p.n_kv, lane);
-        } else {
-            turbo_mma_stage_rows<cfg::KBYTES, cfg::KW>(st, Kb, p.nb11, t1*TURBO_MMA_KEYS, p.n_kv, lane);
-            turbo_mma_stage_rows<cfg::VBYTES, cfg::VW>(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1*TURBO_MMA_KEYS, p.n_kv, lane);
-        }
+        ksrc.copy(st, Kb, p.nb11, t1, p.n_kv, lane);
+        vsrc.copy(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1, p.n_kv, lane);
     };
     // the first stages' K/V copies go out before the Q prologue, so that their latency overlaps it (short
     // contexts are latency: a warp there has one or two steps)
     int tt = t_begin + warp;
-    if (STAGED) {
 #pragma unroll
-        for (int st = 0; st < cfg::NSTAGE - 1; ++st) {
-            const int t1 = tt + st*NW;
-            if (t1 < t_end) {
-                stage(ring + st*cfg::WORDS, t1);
-            }
-            turbo_cp_async_commit();
+    for (int st = 0; st < cfg::NSTAGE - 1; ++st) {
+        const int t1 = tt + st*NW;
+        if (t1 < t_end) {
+            stage(ring + st*cfg::WORDS, t1);
         }
-    } else if (tt < t_end) {
-        cur.load(Kb, p.nb11, Vb, p.nb21, tt*TURBO_MMA_KEYS, p.n_kv, g, t);
+        turbo_cp_async_commit();
     }
 
     // q rows, scaled (softmax scale and log2 e), signs applied, then the FWHT of each 128-block: one warp per
@@ -465,30 +326,13 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     }
     __syncthreads();
     // B fragments of Q^T: chunk c = 8*blk + cc holds dims 128 blk + 32t + 4cc + {0,1} (b0), {2,3} (b1) of row g
-    uint32_t qb[QSH ? 1 : NB*8][2];
+    uint32_t qb[NB*8][2];
 #pragma unroll
     for (int c = 0; c < NB*8; ++c) {
         const float * qr = q_sh + g*QS + (c >> 3)*QK_TURBO + 32*t + 4*(c & 7);
-        const uint32_t b0 = turbo_h2_bits(qr[0]*TURBO_CUDA_INV_SQRT_QK, qr[1]*TURBO_CUDA_INV_SQRT_QK);
-        const uint32_t b1 = turbo_h2_bits(qr[2]*TURBO_CUDA_INV_SQRT_QK, qr[3]*TURBO_CUDA_INV_SQRT_QK);
-        if (QSH) {
-            if (warp == 0) {
-                qf_sh[c*WARP_SIZE + lane] = make_uint2(b0, b1);   // the same for every warp
-            }
-        } else {
-            qb[c][0] = b0; qb[c][1] = b1;
-        }
+        qb[c][0] = turbo_h2_bits(qr[0]*TURBO_CUDA_INV_SQRT_QK, qr[1]*TURBO_CUDA_INV_SQRT_QK);
+        qb[c][1] = turbo_h2_bits(qr[2]*TURBO_CUDA_INV_SQRT_QK, qr[3]*TURBO_CUDA_INV_SQRT_QK);
     }
-    if (QSH) {
-        __syncthreads();
-    }
-    // B fragments of chunk c (registers, or shared memory for v12)
-    auto qfrag = [&](const int c) -> uint2 {
-        if (QSH) {
-            return qf_sh[c*WARP_SIZE + lane];
-        }
-        return make_uint2(qb[QSH ? 0 : c][0], qb[QSH ? 0 : c][1]);
-    };
 
     // rows of this lane in S^T and O^T: 2t, 2t+1
     float slope[2];
@@ -513,7 +357,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     }
     float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f};
 
-    // v10 (not measured yet): where each of the lane's keys starts in its staged row (v5: 0 or 2, v8: 0..14).
+    // v10: where each of the lane's keys starts in its staged row (0..14).
     // k0 is a multiple of 16, so ((k0 + j)*nb) & ALIGN depends on j only (keys past n_kv are staged as zeros
     // and read as zeros at any offset). At D = 128 they are computed once (the loop body: 808 -> 722 SASS
     // instructions, the same 128 registers); at D = 256 every step, as before (kept live, they spill).
@@ -535,24 +379,20 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 
     for (int it = 0; tt < t_end; tt += NW, ++it) {
         const int k0 = tt*TURBO_MMA_KEYS;
-        const uint32_t * kst = ring + (it % cfg::NSTAGE)*cfg::WORDS;   // this step's stage (v5)
+        const uint32_t * kst = ring + (it % cfg::NSTAGE)*cfg::WORDS;   // this step's stage
         const uint32_t * vst = kst + TURBO_MMA_KEYS*cfg::KW;
         constexpr int KBS = KBITS == 3 ? 50 : 34, VBS = VBITS == 3 ? 50 : 34;
-        if (STAGED) {
-            __syncwarp();   // every lane is done with the stage refilled below (read in the step before)
-            const int t1 = tt + (cfg::NSTAGE - 1)*NW;
-            uint32_t * nst = ring + ((it + cfg::NSTAGE - 1) % cfg::NSTAGE)*cfg::WORDS;
-            if (t1 < t_end) {
-                stage(nst, t1);
-            }
-            turbo_cp_async_commit();
-            turbo_cp_async_wait<cfg::NSTAGE - 1>();
-            __syncwarp();   // the other lanes' copies of this step's stage are visible
-            if (NB != 1) {
-                staged_offsets(k0);
-            }
-        } else if (tt + NW < t_end) {
-            nxt.load(Kb, p.nb11, Vb, p.nb21, k0 + NW*TURBO_MMA_KEYS, p.n_kv, g, t);
+        __syncwarp();   // every lane is done with the stage refilled below (read in the step before)
+        const int t1 = tt + (cfg::NSTAGE - 1)*NW;
+        uint32_t * nst = ring + ((it + cfg::NSTAGE - 1) % cfg::NSTAGE)*cfg::WORDS;
+        if (t1 < t_end) {
+            stage(nst, t1);
+        }
+        turbo_cp_async_commit();
+        turbo_cp_async_wait<cfg::NSTAGE - 1>();
+        __syncwarp();   // the other lanes' copies of this step's stage are visible
+        if (NB != 1) {
+            staged_offsets(k0);
         }
 
         // v9b: this step's mask values are read before the K decode, so that their latency overlaps it
@@ -572,60 +412,33 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             uint32_t lo0[2], lo1[2], hi[2];
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
-                if (STAGED) {
-                    const uint32_t * kr = kst + (g + 8*i)*cfg::KW;
-                    lo0[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 2 + 8*t);
-                    lo1[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 6 + 8*t);
-                    hi[i]  = KBITS == 3 ? turbo_sh_u32(kr, ksh[i] + b*KBS + 34 + 4*t) : 0u;
-                } else {
-                    lo0[i] = turbo_u32(cur.k[i][b][0], cur.k[i][b][1]);
-                    lo1[i] = turbo_u32(cur.k[i][b][2], cur.k[i][b][3]);
-                    hi[i]  = KBITS == 3 ? turbo_u32(cur.k[i][b][4], cur.k[i][b][5]) : 0u;
-                }
+                const uint32_t * kr = kst + (g + 8*i)*cfg::KW;
+                lo0[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 2 + 8*t);
+                lo1[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 6 + 8*t);
+                hi[i]  = KBITS == 3 ? turbo_sh_u32(kr, ksh[i] + b*KBS + 34 + 4*t) : 0u;
             }
             float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            float sb2[4] = {0.0f, 0.0f, 0.0f, 0.0f};   // v12: odd chunks (a second, independent mma chain)
-            if (IDX4) {
-                // per key: index words of pairs 0,2,4,6 | 1,3,5,7 (lo0) and 8,10,12,14 | 9,11,13,15 (lo1)
-                uint32_t ix[2][4];
+            // per key: index words of pairs 0,2,4,6 | 1,3,5,7 (lo0) and 8,10,12,14 | 9,11,13,15 (lo1)
+            uint32_t ix[2][4];
 #pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    ix[i][0] = turbo_mma_idx4<KBITS, 0>(lo0[i], hi[i], 0x1100);
-                    ix[i][1] = turbo_mma_idx4<KBITS, 1>(lo0[i], hi[i], 0x1100);
-                    ix[i][2] = turbo_mma_idx4<KBITS, 0>(lo1[i], hi[i], 0x3322);
-                    ix[i][3] = turbo_mma_idx4<KBITS, 1>(lo1[i], hi[i], 0x3322);
-                }
-#pragma unroll
-                for (int cc = 0; cc < 8; ++cc) {
-                    const int w = (cc >> 2)*2, n = 2*(cc & 3);   // pair 2cc is nibble n of lo0/lo1
-                    uint32_t a[4];
-                    a[0] = turbo_mma_pick(pairK_sh, ix[0][w],     n);
-                    a[1] = turbo_mma_pick(pairK_sh, ix[1][w],     n);
-                    a[2] = turbo_mma_pick(pairK_sh, ix[0][w + 1], n + 1);
-                    a[3] = turbo_mma_pick(pairK_sh, ix[1][w + 1], n + 1);
-                    const uint2 qq = qfrag(8*b + cc);
-                    turbo_mma_16816(QSH && (cc & 1) ? sb2 : sb, a, qq.x, qq.y);
-                }
-            } else {
-#pragma unroll
-                for (int cc = 0; cc < 8; ++cc) {
-                    uint32_t a[4];
-                    a[0] = pairK[turbo_mma_kidx<KBITS>(lo0[0], lo1[0], hi[0], 2*cc)];
-                    a[1] = pairK[turbo_mma_kidx<KBITS>(lo0[1], lo1[1], hi[1], 2*cc)];
-                    a[2] = pairK[turbo_mma_kidx<KBITS>(lo0[0], lo1[0], hi[0], 2*cc + 1)];
-                    a[3] = pairK[turbo_mma_kidx<KBITS>(lo0[1], lo1[1], hi[1], 2*cc + 1)];
-                    const uint2 qq = qfrag(8*b + cc);
-                    turbo_mma_16816(sb, a, qq.x, qq.y);
-                }
+            for (int i = 0; i < 2; ++i) {
+                ix[i][0] = turbo_mma_idx4<KBITS, 0>(lo0[i], hi[i], 0x1100);
+                ix[i][1] = turbo_mma_idx4<KBITS, 1>(lo0[i], hi[i], 0x1100);
+                ix[i][2] = turbo_mma_idx4<KBITS, 0>(lo1[i], hi[i], 0x3322);
+                ix[i][3] = turbo_mma_idx4<KBITS, 1>(lo1[i], hi[i], 0x3322);
             }
-            const float n0 = __half2float(__ushort_as_half((uint16_t) (STAGED ? turbo_sh_u16(kst + g*cfg::KW, ksh[0] + b*KBS) : cur.kn[0][b])));
-            const float n1 = __half2float(__ushort_as_half((uint16_t) (STAGED ? turbo_sh_u16(kst + (g + 8)*cfg::KW, ksh[1] + b*KBS) : cur.kn[1][b])));
-            if (QSH) {
 #pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    sb[e] += sb2[e];
-                }
+            for (int cc = 0; cc < 8; ++cc) {
+                const int w = (cc >> 2)*2, n = 2*(cc & 3);   // pair 2cc is nibble n of lo0/lo1
+                uint32_t a[4];
+                a[0] = turbo_mma_pick(pairK_sh, ix[0][w],     n);
+                a[1] = turbo_mma_pick(pairK_sh, ix[1][w],     n);
+                a[2] = turbo_mma_pick(pairK_sh, ix[0][w + 1], n + 1);
+                a[3] = turbo_mma_pick(pairK_sh, ix[1][w + 1], n + 1);
+                turbo_mma_16816(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
             }
+            const float n0 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + g*cfg::KW, ksh[0] + b*KBS)));
+            const float n1 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + (g + 8)*cfg::KW, ksh[1] + b*KBS)));
             s[0] += sb[0]*n0; s[1] += sb[1]*n0;
             s[2] += sb[2]*n1; s[3] += sb[3]*n1;
         }
@@ -675,8 +488,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         // ---- O^T += V^T . P^T, P scaled per key by the V norm of each 128-block
 #pragma unroll
         for (int b = 0; b < NB; ++b) {
-            const float vn0 = __half2float(__ushort_as_half((uint16_t) (STAGED ? turbo_sh_u16(vst + g*cfg::VW, vsh[0] + b*VBS) : cur.vn[0][b])));
-            const float vn1 = __half2float(__ushort_as_half((uint16_t) (STAGED ? turbo_sh_u16(vst + (g + 8)*cfg::VW, vsh[1] + b*VBS) : cur.vn[1][b])));
+            const float vn0 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(vst + g*cfg::VW, vsh[0] + b*VBS)));
+            const float vn1 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(vst + (g + 8)*cfg::VW, vsh[1] + b*VBS)));
             const uint32_t pb0 = turbo_movmatrix_trans(turbo_h2_bits(pr[0]*vn0, pr[1]*vn0));  // keys 2t, 2t+1; row g
             const uint32_t pb1 = turbo_movmatrix_trans(turbo_h2_bits(pr[2]*vn1, pr[3]*vn1));  // keys 2t+8, 2t+9
             turbo_mma_vpair v01, v89;
@@ -684,54 +497,33 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 uint32_t w[4], h[4];
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
-                    if (STAGED) {
-                        const uint32_t * vr = vst + (2*t + (i & 1) + 8*(i >> 1))*cfg::VW;
-                        w[i] = turbo_sh_u32(vr, vsh4[i] + b*VBS + 2 + 4*g);
-                        h[i] = VBITS == 3 ? turbo_sh_u16(vr, vsh4[i] + b*VBS + 34 + 2*g) : 0u;
-                    } else {
-                        constexpr int VH = turbo_mma_step<NB, KBITS, VBITS>::VH;
-                        w[i] = turbo_u32(cur.v[i][b][0], cur.v[i][b][1]);
-                        h[i] = VBITS == 3 ? cur.v[i][b][VH - 1] : 0u;
-                    }
+                    const uint32_t * vr = vst + (2*t + (i & 1) + 8*(i >> 1))*cfg::VW;
+                    w[i] = turbo_sh_u32(vr, vsh4[i] + b*VBS + 2 + 4*g);
+                    h[i] = VBITS == 3 ? turbo_sh_u16(vr, vsh4[i] + b*VBS + 34 + 2*g) : 0u;
                 }
                 v01.make(w[0], w[1], h[0], h[1]);
                 v89.make(w[2], w[3], h[2], h[3]);
             }
-            if (IDX4) {
-                // index words [fragment register][parity of jj]: the same nibble layout as K's lo0 with hi's low half
-                uint32_t vx[4][2];
-                vx[0][0] = turbo_mma_idx4<VBITS, 0>(v01.lo_e, v01.hi_e, 0x1100); vx[0][1] = turbo_mma_idx4<VBITS, 1>(v01.lo_e, v01.hi_e, 0x1100);
-                vx[1][0] = turbo_mma_idx4<VBITS, 0>(v01.lo_o, v01.hi_o, 0x1100); vx[1][1] = turbo_mma_idx4<VBITS, 1>(v01.lo_o, v01.hi_o, 0x1100);
-                vx[2][0] = turbo_mma_idx4<VBITS, 0>(v89.lo_e, v89.hi_e, 0x1100); vx[2][1] = turbo_mma_idx4<VBITS, 1>(v89.lo_e, v89.hi_e, 0x1100);
-                vx[3][0] = turbo_mma_idx4<VBITS, 0>(v89.lo_o, v89.hi_o, 0x1100); vx[3][1] = turbo_mma_idx4<VBITS, 1>(v89.lo_o, v89.hi_o, 0x1100);
+            // index words [fragment register][parity of jj]: the same nibble layout as K's lo0 with hi's low half.
+            // Fragment register r of pair jj: dim 16g + 2jj (r = 0, 2) or 16g + 2jj + 1 (r = 1, 3), keys 2t, 2t+1
+            // (r = 0, 1) or 2t+8, 2t+9 (r = 2, 3)
+            uint32_t vx[4][2];
+            vx[0][0] = turbo_mma_idx4<VBITS, 0>(v01.lo_e, v01.hi_e, 0x1100); vx[0][1] = turbo_mma_idx4<VBITS, 1>(v01.lo_e, v01.hi_e, 0x1100);
+            vx[1][0] = turbo_mma_idx4<VBITS, 0>(v01.lo_o, v01.hi_o, 0x1100); vx[1][1] = turbo_mma_idx4<VBITS, 1>(v01.lo_o, v01.hi_o, 0x1100);
+            vx[2][0] = turbo_mma_idx4<VBITS, 0>(v89.lo_e, v89.hi_e, 0x1100); vx[2][1] = turbo_mma_idx4<VBITS, 1>(v89.lo_e, v89.hi_e, 0x1100);
+            vx[3][0] = turbo_mma_idx4<VBITS, 0>(v89.lo_o, v89.hi_o, 0x1100); vx[3][1] = turbo_mma_idx4<VBITS, 1>(v89.lo_o, v89.hi_o, 0x1100);
 #pragma unroll
-                for (int jj = 0; jj < 8; ++jj) {
-                    uint32_t a[4];
+            for (int jj = 0; jj < 8; ++jj) {
+                uint32_t a[4];
 #pragma unroll
-                    for (int r = 0; r < 4; ++r) {
-                        a[r] = turbo_mma_pick(pairV_sh, vx[r][jj & 1], jj);
-                    }
-                    turbo_mma_16816(o[8*b + jj], a, pb0, pb1);
+                for (int r = 0; r < 4; ++r) {
+                    a[r] = turbo_mma_pick(pairV_sh, vx[r][jj & 1], jj);
                 }
-            } else {
-#pragma unroll
-                for (int jj = 0; jj < 8; ++jj) {
-                    uint32_t a[4];
-                    a[0] = pairV[turbo_mma_vidx<VBITS>(v01.lo_e, v01.hi_e, jj)];   // dim 16g + 2jj,     keys 2t, 2t+1
-                    a[1] = pairV[turbo_mma_vidx<VBITS>(v01.lo_o, v01.hi_o, jj)];   // dim 16g + 2jj + 1, keys 2t, 2t+1
-                    a[2] = pairV[turbo_mma_vidx<VBITS>(v89.lo_e, v89.hi_e, jj)];   // keys 2t+8, 2t+9
-                    a[3] = pairV[turbo_mma_vidx<VBITS>(v89.lo_o, v89.hi_o, jj)];
-                    turbo_mma_16816(o[8*b + jj], a, pb0, pb1);
-                }
+                turbo_mma_16816(o[8*b + jj], a, pb0, pb1);
             }
         }
-        if (!STAGED) {
-            cur = nxt;
-        }
     }
-    if (STAGED) {
-        turbo_cp_async_wait<0>();
-    }
+    turbo_cp_async_wait<0>();
     __syncthreads();   // the ring becomes the output buffer
 
     // ---- merge the warps of the block, write this split's partial result (max in base e)
@@ -756,7 +548,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     }
     __syncthreads();
     const int64_t slot = ((int64_t) (iq3*n_hy + hy))*p.n_split + split;
-    // only the group's real rows (a GQA group of 4 fills half of the 8): the others are never read (gpu-next)
+    // only the group's real rows (a GQA group of 4 fills half of the 8): the others are never read
     const int nr_real = min(NR, R - rg*NR);
     for (int it = tid; it < nr_real*D; it += NW*WARP_SIZE) {
         const int r = it / D, d = it % D;
@@ -795,13 +587,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 
 // launches k_turbo_fattn_mma (variant var, see the kernel) for one K type (instances in fattn-turbo-kturbo3.cu / -kturbo2.cu)
 #define TURBO_MMA_FOR_EACH(X) \
-    X(128, GGML_TYPE_TURBO3, 5) X(128, GGML_TYPE_TURBO2, 5) X(256, GGML_TYPE_TURBO3, 5) X(256, GGML_TYPE_TURBO2, 5) \
-    X(128, GGML_TYPE_TURBO3, 6) X(128, GGML_TYPE_TURBO2, 6) X(256, GGML_TYPE_TURBO3, 6) X(256, GGML_TYPE_TURBO2, 6) \
-    X(128, GGML_TYPE_TURBO3, 4) X(128, GGML_TYPE_TURBO2, 4) X(256, GGML_TYPE_TURBO3, 4) X(256, GGML_TYPE_TURBO2, 4) \
-    X(128, GGML_TYPE_TURBO3, 7) X(128, GGML_TYPE_TURBO2, 7) \
     X(128, GGML_TYPE_TURBO3, 8) X(128, GGML_TYPE_TURBO2, 8) X(256, GGML_TYPE_TURBO3, 8) X(256, GGML_TYPE_TURBO2, 8) \
     X(128, GGML_TYPE_TURBO3, 9) X(128, GGML_TYPE_TURBO2, 9) X(256, GGML_TYPE_TURBO3, 9) X(256, GGML_TYPE_TURBO2, 9) \
-    X(128, GGML_TYPE_TURBO3, 10) X(128, GGML_TYPE_TURBO2, 10) X(128, GGML_TYPE_TURBO3, 11) X(128, GGML_TYPE_TURBO2, 11) \
     X(128, GGML_TYPE_TURBO3, 12) X(128, GGML_TYPE_TURBO2, 12) X(256, GGML_TYPE_TURBO3, 12) X(256, GGML_TYPE_TURBO2, 12)
 
 // a plain launch, or (p.cluster) one cluster of p.n_split blocks per row group (grid.x = n_split)
@@ -841,8 +628,8 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at whole waves)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const int var) {
-    static int cache[2][2][9] = {};
-    int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var - 4];
+    static int cache[2][2][3] = {};   // var 8, 9, 12
+    int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var == 12 ? 2 : var - 8];
     if (n == 0) {
         const void * fn = nullptr;
 #define TURBO_MMA_FN(DD, TYPE_V, VV) if (D == DD && type_V == TYPE_V && var == VV) fn = (const void *) k_turbo_fattn_mma<DD, type_K, TYPE_V, VV>;

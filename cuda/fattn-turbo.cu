@@ -84,14 +84,12 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     static const bool force_v3 = ggml_cuda_turbo_env_int("TURBO_FA_V3", 0) != 0;
     const bool use_mma = !force_v3 && ggml_cuda_is_turbo_type(K->type) && ggml_cuda_is_turbo_type(V->type) &&
         ampere_mma_available(ggml_cuda_info().devices[id].cc);
-    // kernel variant (see fattn-turbo-mma.cuh): 9 by default; TURBO_FA_MMA=4..8 picks an older one for comparisons,
-    // 10 and 11 candidates not measured yet
+    // kernel variant (see fattn-turbo-mma.cuh): 9 by default; TURBO_FA_MMA=8 picks v10 for comparisons
     static const int mma_env = ggml_cuda_turbo_env_int("TURBO_FA_MMA", 9);
-    static const int mma_var = mma_env >= 4 && mma_env <= 11 ? mma_env : 9;
-    // TURBO_FA_HEADS_FIRST=1: heads in blockIdx.x (not yet measured on a GPU; see results/cuda-fa-notes.md)
+    static const int var     = mma_env == 8 ? 8 : 9;
+    // TURBO_FA_HEADS_FIRST=1: heads in blockIdx.x (no gain measured, run 5)
     static const bool heads_first = ggml_cuda_turbo_env_int("TURBO_FA_HEADS_FIRST", 0) != 0;
     static const int  waves       = std::max(1, ggml_cuda_turbo_env_int("TURBO_FA_WAVES", 1));   // decode split target, in waves
-    const int var = mma_var == 7 && D != 128 ? 5 : mma_var >= 10 && D != 128 ? 9 : mma_var;   // 7, 10, 11: D = 128 only
 
     const int R     = gqa*n_q;
     const int ncols = use_mma ? TURBO_MMA_ROWS : (R <= 4 ? 4 : 8);
@@ -107,9 +105,8 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
                                                     : ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(D, V->type, var);
         target = occ*nsm*waves;
     }
-    // every warp of a v4 block gets a tile; TURBO_FA_MIN_STEPS=N (gpu-next, not measured): at least N tiles per warp,
-    // i.e. fewer splits, so that the prologue/epilogue and the merge are paid over more keys (at 8K the default
-    // gives each warp 2 tiles and 66 splits per head)
+    // every warp of a v4 block gets a tile; TURBO_FA_MIN_STEPS=N: at least N tiles per warp, i.e. fewer splits, so
+    // that the prologue/epilogue and the merge are paid over more keys (run 12: the same speed with 2)
     static const int min_steps = std::max(1, ggml_cuda_turbo_env_int("TURBO_FA_MIN_STEPS", 1));
     const int min_tiles = use_mma ? TURBO_MMA_WARPS*min_steps : 1;
     // v4/v5: at most one wave (floor), v3: at least its target (ceil)
@@ -142,8 +139,9 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     p.nrg = nrg; p.n_split = n_split; p.tiles_per_split = tps;
 
     p.heads_first = use_mma && heads_first && D == 128 ? 1 : 0;
-    // TURBO_FA_CLUSTER=1 (gpu-next, not measured): up to 8 splits merge inside the kernel, as one thread-block
-    // cluster per row group (Hopper and newer), instead of through global partials and the combine kernel
+    // TURBO_FA_CLUSTER=1: up to 8 splits merge inside the kernel, as one thread-block cluster per row group (Hopper
+    // and newer), instead of through global partials and the combine kernel (run 12: 32 fewer launches per token,
+    // the same tokens/s)
     static const bool cluster_env = ggml_cuda_turbo_env_int("TURBO_FA_CLUSTER", 0) != 0;
     p.cluster = use_mma && cluster_env && !p.heads_first && n_split <= 8 &&
         ggml_cuda_info().devices[id].cc >= GGML_CUDA_CC_HOPPER ? 1 : 0;

@@ -30,7 +30,7 @@ struct turbo_fa_params {
     int64_t nb01, nb02, nb03, nb11, nb12, nb13, nb21, nb22, nb23, nb31, nb33;
     int nrg; int n_split; int tiles_per_split;
     int heads_first;   // tensor-core kernel only: grid (KV head x row group, split) instead of (split, ...)
-    // tensor-core kernel only (gpu-next): the n_split blocks of a row group are one thread-block cluster that
+    // tensor-core kernel only (TURBO_FA_CLUSTER=1): the n_split blocks of a row group are one thread-block cluster that
     // merges its splits through distributed shared memory and writes dst itself (no combine kernel)
     int cluster; const float * sinks; float * dst;
 };
@@ -577,10 +577,10 @@ static __global__ void k_turbo_fattn_combine(const float * __restrict__ part_acc
     dst[(((int64_t) blockIdx.z*n_q + row.j)*n_head + row.h)*D + tid] = v;
 }
 
-// the same merge with the inverse rotation in registers (gpu-next, not measured yet): one warp per 128-block of
-// the row, 4 values per lane, the FWHT by shuffles (turbo_warp_fwht: the same float operations in the same order
-// as the shared-memory butterflies above, so the output is bit-identical) instead of 7 stages with two block
-// barriers each; at depth 0 the merge is a launch per layer on the decode step's critical path
+// the same merge with the inverse rotation in registers (the default; run 12: 2.94 against 3.17 us per launch): one
+// warp per 128-block of the row, 4 values per lane, the FWHT by shuffles (turbo_warp_fwht: the same float operations
+// in the same order as the shared-memory butterflies above, so the output is bit-identical) instead of 7 stages with
+// two block barriers each; at depth 0 the merge is a launch per layer on the decode step's critical path
 template <int D, bool V_turbo, int NCOLS>
 __launch_bounds__(D/4)
 static __global__ void k_turbo_fattn_combine_warp(const float * __restrict__ part_acc, const float2 * __restrict__ part_meta,

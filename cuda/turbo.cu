@@ -39,7 +39,7 @@ template <> __device__ __forceinline__ half turbo_from_f32<half>(float x) { retu
 // ---- SET_ROWS -------------------------------------------------------------------------------------
 
 // upstream's ROPE (normal or neox) of the K rows, done on load when llama's RoPE of K is fused into the K write
-// (gpu-next, not measured): the same float operations as ggml-cuda's rope kernels (rope.cu), per value
+// (patch 0018; run 12: 32 launches fewer per token): the same float operations as ggml-cuda's rope kernels (rope.cu), per value
 struct turbo_rope {
     const int32_t * pos;   // one position per token (row); nullptr: no rope
     const float * freq_factors;
@@ -130,7 +130,7 @@ static __device__ __forceinline__ void turbo_set_rows_block(const turbo_set_rows
     turbo_warp_store<bits>((uint8_t *) (j.dst + dst_row*j.nb1 + i02*j.nb2 + i03*j.nb3 + ib*j.bs), h, codes, lane);
 }
 
-// ---- 4 threads per block (gpu-next, not measured; TURBO_SET_ROWS=4) ----------------------------------------
+// ---- 4 threads per block (the default for large writes, see turbo_set_rows_launch_b) -----------------------
 // Thread t (0..3) of a group holds the values i = 16m + 4t + c (m = 0..7, c = 0..3: one float4 per m), so most of
 // the encode happens in registers: FWHT spans 1, 2 and 16, 32, 64 in the thread, spans 4 and 8 by shuffles; the
 // pairwise tree sums' levels 64, 32, 16 and 2, 1 in the thread, 8 and 4 by shuffles; a low-plane byte (4
@@ -465,13 +465,18 @@ static bool turbo_t4_aligned(const turbo_set_rows_job & j) {
         !j.rope.pos);
 }
 
+#define TURBO_T4_MIN_BLOCKS 4096
+
 template <typename src_t, typename idx_t, int bits_a>
 static void turbo_set_rows_launch_b(cudaStream_t stream, const turbo_set_rows_job & a, const turbo_set_rows_job & b, const int bits_b) {
-    // TURBO_SET_ROWS=4 (gpu-next, not measured): 4 threads per block instead of a warp
-    static const bool t4 = ggml_cuda_turbo_env_int("TURBO_SET_ROWS", 1) == 4;
+    // 4 threads per block instead of a warp for writes of at least TURBO_T4_MIN_BLOCKS blocks (run 12: 4096 rows of
+    // 1024, 29.3 -> 15.4 us; the same bytes). A decode step's few blocks keep the warp kernel, whose chain per thread
+    // is 8x shorter. TURBO_SET_ROWS=1: always the warp kernel, 4: always this one (where the rows allow it).
+    static const int mode = ggml_cuda_turbo_env_int("TURBO_SET_ROWS", 0);
+    const int64_t n = (int64_t) a.nblk + b.nblk;
+    const bool t4 = mode == 4 || (mode != 1 && n >= TURBO_T4_MIN_BLOCKS);
     if constexpr (std::is_same_v<src_t, float>) {
         if (t4 && turbo_t4_aligned(a) && turbo_t4_aligned(b)) {
-            const int64_t n = (int64_t) a.nblk + b.nblk;
             const dim3 grid((unsigned) ((n + 63) / 64)), block(256);   // 64 blocks (8 warps) per CUDA block
             if (bits_b == 3) {
                 k_turbo_set_rows_t4<idx_t, bits_a, 3><<<grid, block, 0, stream>>>(a, b);

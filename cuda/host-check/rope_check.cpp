@@ -1,4 +1,4 @@
-// Host check of gpu-next's fused-RoPE math (turbo_rope_cs / turbo_rope_block from cuda/turbo.cu, compiled as host
+// Host check of the fused-RoPE math (turbo_rope_cs / turbo_rope_block from cuda/turbo.cu, compiled as host
 // code with a warp emulated lane by lane) against ggml's CPU ROPE, normal and neox, with and without YaRN.
 #include <cmath>
 #include <cstdio>

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-next: the fused-RoPE math of cuda/turbo.cu (turbo_rope_cs, turbo_rope_block), compiled as host code with
+# The fused-RoPE math of cuda/turbo.cu (turbo_rope_cs, turbo_rope_block), compiled as host code with
 # a warp emulated lane by lane, against ggml's CPU ROPE (normal, neox, with and without YaRN). Needs the CPU
 # build of turbo-llama (`turbo-llama build`); prints max |diff| per case (float angles: it grows with position).
 set -eu

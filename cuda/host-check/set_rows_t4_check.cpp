@@ -1,4 +1,4 @@
-// Host check of gpu-next's 4-threads-per-block KV write (turbo_t4_encode_store in cuda/turbo.cu): a warp of 32
+// Host check of the 4-threads-per-block KV write (turbo_t4_encode_store in cuda/turbo.cu): a warp of 32
 // threads emulated with std::thread and a barrier at every warp primitive, its 8 blocks' bytes compared with the
 // C reference (quantize_row_turbo*_ref, cpu_ref/), which the CUDA path must equal bit for bit.
 #include <barrier>

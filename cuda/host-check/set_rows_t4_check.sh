@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# gpu-next: the 4-threads-per-block KV write (turbo_t4_* in cuda/turbo.cu) compiled as host code, a warp emulated
+# The 4-threads-per-block KV write (turbo_t4_* in cuda/turbo.cu) compiled as host code, a warp emulated
 # with threads, against the C reference encoder (cpu_ref/). Needs the CPU build of turbo-llama (ggml for fp16).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
