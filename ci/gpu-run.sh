@@ -7,7 +7,8 @@
 #     the repo stays under the 64 MiB a call carries)
 #     then `wait model test ppl cli`, `kv bench` ...
 #   bench runs (TL_BENCH, default main): main, deep (128K), v3, mma8, mma9 (TURBO_FA_MMA), hf (TURBO_FA_HEADS_FIRST=1),
-#   pre0 (TURBO_FA_PREFILL=0: the generic prefill conversion), nooff (TURBO_K_OFFSET=0), steps2.. (TURBO_FA_MIN_STEPS), cl (TURBO_FA_CLUSTER=1)
+#   pre0 (TURBO_FA_PREFILL=0: the generic prefill conversion), nooff (TURBO_K_OFFSET=0), steps2.. (TURBO_FA_MIN_STEPS), cl (TURBO_FA_CLUSTER=1),
+#   env:A=1,B=2 (any switches; turbo3 and turbo2 at TL_VAR_DEPTHS, default 0,8192)
 # Needs .devcarry/tree.tar.gz: the stripped upstream tree (b11312) with our overlay + patches applied
 # (made by ci/make-devcarry.sh from the patched dev tree: git archive minus docs/ models/ media/, unused backends).
 # The current cuda/ sources are copied over the tree's copies, so kernel fixes need no new tarball.
@@ -49,7 +50,7 @@ if [[ " $PHASES " == *" bg "* ]]; then
     log "background build (${TL_BG_BUILD:-tlfull}) started (pid $!)"
 fi
 
-# a spec "[ENV=VALUE:]REST" (test, ktime and gbench phases): sets envset (empty when none) and rest
+# a spec "[ENV=VALUE[,ENV=VALUE]:]REST" (test, ktime and gbench phases): sets envset (empty when none) and rest
 split_env_spec() { envset=""; rest=$1; case "$1" in *:*) envset=${1%%:*}; rest=${1#*:} ;; esac; }
 
 # the turbo-llama command on this machine: click and tqdm travel as wheels in .devcarry/whl
@@ -141,7 +142,7 @@ if [[ " $PHASES " == *" test "* ]]; then
                 "FLASH_ATTN_EXT|turbo" ${TL_FA_VARIANTS:-"TURBO_SET_ROWS=4:SET_ROWS|turbo" "TURBO_SET_ROWS=4:SUB_SET_ROWS|turbo" "TURBO_FA_MMA=8:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_PREFILL=0:FLASH_ATTN_EXT|turbo"}; do
         split_env_spec "$spec"; op=${rest%%|*}; filt=${rest#*|}
         echo "=== ${envset:+$envset }test-backend-ops -b CUDA0 -o $op -p '$filt'" >> "$OUT/tbo.log"
-        env ${envset:-TL_NONE=1} "$B/test-backend-ops" -b CUDA0 -o $op -p "$filt" > "$WORK/tbo_one.log" 2>&1
+        env $(echo "${envset:-TL_NONE=1}" | tr ',' ' ') "$B/test-backend-ops" -b CUDA0 -o $op -p "$filt" > "$WORK/tbo_one.log" 2>&1
         rc=$?; cat "$WORK/tbo_one.log" >> "$OUT/tbo.log"
         log "${envset:+$envset }test-backend-ops -b CUDA0 -o $op -p '$filt': rc=$rc | $(grep -E 'tests passed' "$WORK/tbo_one.log" | tail -1) | FAIL lines: $(grep -c FAIL "$WORK/tbo_one.log")"
         if [ "$op" = FLASH_ATTN_EXT ] && [ -z "$envset" ] && [ "$rc" != 0 ] && [ ! -f "$WORK/safe.env" ]; then
@@ -202,7 +203,7 @@ if [[ " $PHASES " == *" ktime "* ]]; then
     for spec in ${TL_KTIME:-f16 turbo3 q8_0}; do
         split_env_spec "$spec"; t=$rest
         f="$OUT/ktime-${envset:+${envset//[=:]/-}-}$t.csv"
-        env ${envset:-TL_NONE=1} GGML_CUDA_DISABLE_GRAPHS=1 timeout ${TL_KTIME_TIMEOUT:-150} ncu --clock-control none --cache-control none \
+        env $(echo "${envset:-TL_NONE=1}" | tr "," " ") GGML_CUDA_DISABLE_GRAPHS=1 timeout ${TL_KTIME_TIMEOUT:-150} ncu --clock-control none --cache-control none \
             --metrics gpu__time_duration.sum --csv --print-units base \
             "$B/llama-bench" -m "$M8" -p 0 -n "$NTOK" -r 1 -fa 1 -ngl 99 -ctk $t -ctv $t --no-warmup > "$f" 2> "$f.err"
         log "ktime ${envset:+$envset }$t (llama8b, d0, $NTOK tokens + the k-offset probe for turbo): rc=$?"
@@ -216,7 +217,7 @@ if [[ " $PHASES " == *" fatime "* ]]; then
     for spec in ${TL_FATIME:-f16/32768/512 q8_0/32768/512 turbo3/32768/512 turbo2/32768/512}; do
         split_env_spec "$spec"; IFS=/ read -r ty kv nb <<< "$rest"
         f="$OUT/fatime-${envset:+${envset//[=:]/-}-}$ty-$kv-$nb.csv"
-        env ${envset:-TL_NONE=1} timeout ${TL_FATIME_TIMEOUT:-120} ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base -c ${TL_FATIME_N:-40} \
+        env $(echo "${envset:-TL_NONE=1}" | tr "," " ") timeout ${TL_FATIME_TIMEOUT:-120} ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base -c ${TL_FATIME_N:-40} \
             "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=$kv,nb=$nb,.*type_K=$ty,type_V=$ty" > "$f" 2>&1
         log "fatime ${envset:+$envset }$ty kv=$kv nb=$nb: rc=$? (per kernel: launches in the first ${TL_FATIME_N:-40} and mean us)"
         python3 "$REPO/ci/ktime.py" "$f" 1 2>&1 | head -8 | tee -a "$OUT/summary.txt"
@@ -251,7 +252,7 @@ if [[ " $PHASES " == *" gbench "* ]]; then
     # Gemma 3 270M decode, f16 against turbo3 with and without patch 0007's gains (0012 computes them once)
     for spec in f16 turbo3 TURBO_K_RESCALE=0:turbo3 q8_0; do
         split_env_spec "$spec"; t=$rest
-        env ${envset:-TL_NONE=1} "$B/llama-bench" -m "$GEMMA" -p 0 -n 128 -r 3 -fa 1 -ngl 99 -ctk $t -ctv $t -o md > "$OUT/gbench-$t${envset:+-x}.md" 2>&1
+        env $(echo "${envset:-TL_NONE=1}" | tr "," " ") "$B/llama-bench" -m "$GEMMA" -p 0 -n 128 -r 3 -fa 1 -ngl 99 -ctk $t -ctv $t -o md > "$OUT/gbench-$t${envset:+-x}.md" 2>&1
         log "gemma llama-bench -p 0 -n 128 -r 3 -fa 1 -ngl 99 -ctk $t -ctv $t ${envset:+($envset)}: $(grep -E '\| +tg128' "$OUT/gbench-$t${envset:+-x}.md" | tr -s ' ' | head -c 200)"
     done
 fi
@@ -302,12 +303,16 @@ if [[ " $PHASES " == *" bench "* ]]; then
             hf)   args="--types turbo3,turbo2 --depths ${TL_VAR_DEPTHS:-0,32768} -p 0 -n 128 -r ${TL_REPS:-2}"; export TURBO_FA_HEADS_FIRST=1 ;;
             pre0) args="--types turbo3,turbo2 --depths ${TL_VAR_DEPTHS:-0,32768} -p 512 -n 0 -r ${TL_REPS:-2}"; export TURBO_FA_PREFILL=0 ;;
             nooff) args="--types turbo3 --depths 0 -p 0 -n 128 -r ${TL_REPS:-2}"; export TURBO_K_OFFSET=0 ;;
+            env:*) args="--types turbo3,turbo2 --depths ${TL_VAR_DEPTHS:-0,8192} -p 0 -n 128 -r ${TL_REPS:-2}"   # env:A=1,B=2
+                   for kv in $(echo "${run#env:}" | tr ',' ' '); do export "$kv"; done ;;
         esac
         if [ "$(el)" -gt "$DEADLINE" ]; then log "deadline: skipping bench $run"; continue; fi
         log "turbo-llama bench --shape llama8b --backend cuda $args  (run $run; env: $(env | grep -E '^TURBO_' | tr '\n' ' '))"
-        python3 -m turbo_llama bench --shape llama8b --backend cuda $args --out "$OUT/bench-$run" > "$OUT/bench-$run.txt" 2>&1
-        log "bench $run rc=$?"; cat "$OUT/bench-$run/bench.md" >> "$OUT/summary.txt" 2>/dev/null || tail -5 "$OUT/bench-$run.txt" >> "$OUT/summary.txt"
-        unset TURBO_FA_MMA TURBO_FA_V3 TURBO_FA_PREFILL TURBO_K_OFFSET TURBO_FA_HEADS_FIRST TURBO_FA_MIN_STEPS TURBO_FA_CLUSTER; [ -f "$WORK/safe.env" ] && export $(cat "$WORK/safe.env")
+        name=bench-$(echo "$run" | tr ':=,' '_-_')
+        python3 -m turbo_llama bench --shape llama8b --backend cuda $args --out "$OUT/$name" > "$OUT/$name.txt" 2>&1
+        log "bench $run rc=$?"; cat "$OUT/$name/bench.md" >> "$OUT/summary.txt" 2>/dev/null || tail -5 "$OUT/$name.txt" >> "$OUT/summary.txt"
+        for v in $(env | grep -oE '^TURBO_(FA|K|SET)_[A-Z0-9_]*'); do unset "$v"; done
+        [ -f "$WORK/safe.env" ] && export $(cat "$WORK/safe.env")
     done
 fi
 log "done"
