@@ -39,7 +39,8 @@ template <> __device__ __forceinline__ half turbo_from_f32<half>(float x) { retu
 // ---- SET_ROWS -------------------------------------------------------------------------------------
 
 // upstream's ROPE (normal or neox) of the K rows, done on load when llama's RoPE of K is fused into the K write
-// (patch 0018; run 12: 32 launches fewer per token): the same float operations as ggml-cuda's rope kernels (rope.cu), per value
+// (patch 0018; run 12: 32 launches fewer per token): the same float operations as ggml-cuda's rope kernels
+// (rope.cu), per value
 struct turbo_rope {
     const int32_t * pos;   // one position per token (row); nullptr: no rope
     const float * freq_factors;
