@@ -35,6 +35,38 @@ static __device__ __constant__ float turbo_d_b3[7] = TURBO_CUDA_B3;
 static __device__ __constant__ float turbo_d_c2[4] = TURBO_CUDA_C2;
 static __device__ __constant__ float turbo_d_b2[3] = TURBO_CUDA_B2;
 
+// ---- encode helpers shared by the warp and the 4-thread writes (cuda/host-check/ compiles this part on the host)
+// the code of y and its centroid: the boundaries ascend, so the ones below y are a prefix, the count is the code
+template <int bits>
+static __device__ __forceinline__ int turbo_code_of(const float y, float & cv) {
+    int c = 0;
+    cv = bits == 3 ? turbo_d_c3[0] : turbo_d_c2[0];
+#pragma unroll
+    for (int b = 0; b < (bits == 3 ? 7 : 3); ++b) {
+        if (y > (bits == 3 ? turbo_d_b3[b] : turbo_d_b2[b])) {
+            c = b + 1;
+            cv = bits == 3 ? turbo_d_c3[b + 1] : turbo_d_c2[b + 1];
+        }
+    }
+    return c;
+}
+
+// the stored FP16 norm: the block's length len over its centroids' length clen (norm correction), times 2^e when
+// the block was scaled by 2^-e first (two exact power-of-two multiplies), clamped to FP16's range
+static __device__ __forceinline__ uint16_t turbo_norm_half(const float len, const float clen, const int e) {
+    float norm = __fdiv_rn(__fmul_rn(len, TURBO_CUDA_INV_SQRT_QK), clen);
+    if (e != 0) {
+        const int e1 = e / 2, e2 = e - e / 2;
+        norm = __fmul_rn(__fmul_rn(norm, __uint_as_float((uint32_t) (127 + e1) << 23)),
+                         __uint_as_float((uint32_t) (127 + e2) << 23));
+    }
+    if (!(norm <= TURBO_CUDA_FP16_MAX)) {
+        norm = TURBO_CUDA_FP16_MAX;
+    }
+    return __half_as_ushort(__float2half_rn(norm));
+}
+// ---- end of the encode helpers
+
 void ggml_cuda_turbo_check_tables(void);
 
 static constexpr __host__ __device__ bool ggml_cuda_type_is_turbo(ggml_type t) {
@@ -186,32 +218,11 @@ static __device__ __forceinline__ uint16_t turbo_warp_encode(const float x[4], i
     const float inv = __fdiv_rn(1.0f, len);
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
-        const float y = __fmul_rn(t[k], inv);
-        // the boundaries ascend, so the ones below y are a prefix: the count is the code, the last one's
-        // upper neighbour its centroid
-        int c = 0;
-        float cv = bits == 3 ? turbo_d_c3[0] : turbo_d_c2[0];
-#pragma unroll
-        for (int b = 0; b < (bits == 3 ? 7 : 3); ++b) {
-            if (y > (bits == 3 ? turbo_d_b3[b] : turbo_d_b2[b])) {
-                c = b + 1;
-                cv = bits == 3 ? turbo_d_c3[b + 1] : turbo_d_c2[b + 1];
-            }
-        }
-        codes[k] = c;
+        float cv;
+        codes[k] = turbo_code_of<bits>(__fmul_rn(t[k], inv), cv);
         s[k] = __fmul_rn(cv, cv);
     }
-    const float clen = __fsqrt_rn(turbo_warp_tree_sum(s));
-    float norm = __fdiv_rn(__fmul_rn(len, TURBO_CUDA_INV_SQRT_QK), clen);
-    if (e != 0) {
-        const int e1 = e / 2, e2 = e - e / 2;
-        norm = __fmul_rn(__fmul_rn(norm, __uint_as_float((uint32_t) (127 + e1) << 23)),
-                         __uint_as_float((uint32_t) (127 + e2) << 23));
-    }
-    if (!(norm <= TURBO_CUDA_FP16_MAX)) {
-        norm = TURBO_CUDA_FP16_MAX;
-    }
-    return __half_as_ushort(__float2half_rn(norm));
+    return turbo_norm_half(len, __fsqrt_rn(turbo_warp_tree_sum(s)), e);
 }
 
 // Writes the block (norm + packed codes) from the warp's codes.

@@ -286,34 +286,13 @@ static __device__ __forceinline__ void turbo_t4_encode_store(const float x[8][4]
     for (int m = 0; m < 8; ++m) {
 #pragma unroll
         for (int c = 0; c < 4; ++c) {
-            const float y = __fmul_rn(v[m][c], inv);
-            int code = 0;
-            float cv = bits == 3 ? turbo_d_c3[0] : turbo_d_c2[0];
-#pragma unroll
-            for (int b = 0; b < (bits == 3 ? 7 : 3); ++b) {
-                if (y > (bits == 3 ? turbo_d_b3[b] : turbo_d_b2[b])) {
-                    code = b + 1;
-                    cv = bits == 3 ? turbo_d_c3[b + 1] : turbo_d_c2[b + 1];
-                }
-            }
-            codes[m][c] = code;
+            float cv;
+            codes[m][c] = turbo_code_of<bits>(__fmul_rn(v[m][c], inv), cv);
             s[m][c] = __fmul_rn(cv, cv);
         }
     }
     const float clen = __fsqrt_rn(turbo_t4_tree_sum(s, lane));
-    uint16_t nh = 0;
-    if (ok) {
-        float norm = __fdiv_rn(__fmul_rn(len, TURBO_CUDA_INV_SQRT_QK), clen);
-        if (e != 0) {
-            const int e1 = e / 2, e2 = e - e / 2;
-            norm = __fmul_rn(__fmul_rn(norm, __uint_as_float((uint32_t) (127 + e1) << 23)),
-                             __uint_as_float((uint32_t) (127 + e2) << 23));
-        }
-        if (!(norm <= TURBO_CUDA_FP16_MAX)) {
-            norm = TURBO_CUDA_FP16_MAX;
-        }
-        nh = __half_as_ushort(__float2half_rn(norm));
-    }
+    const uint16_t nh = ok ? turbo_norm_half(len, clen, e) : 0;
     // a zero norm stores all codes 0 (as turbo_warp_store); dst_block == nullptr: a group with no block of this
     // job (it still took part in the shuffles)
     uint8_t * qs = dst_block + 2;

@@ -51,6 +51,7 @@ static inline bool __any_sync(unsigned, bool p) {
     bool r = false; for (int l = 0; l < 32; ++l) r |= g_i[l] != 0;
     g_bar->arrive_and_wait(); return r;
 }
+#include "turbo_helpers.inc"   // turbo_code_of, turbo_norm_half (from cuda/turbo-common.cuh)
 #include "t4_src.inc"
 
 template <int bits>

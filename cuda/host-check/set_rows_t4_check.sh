@@ -16,6 +16,8 @@ open(sys.argv[3] + '/t4_src.inc', 'w').write(body)
 c = open(sys.argv[2]).read()
 i = c.index('#define TURBO_CUDA_SIGN_WORDS'); j = c.index('static __device__ __constant__ float turbo_d_c3')
 open(sys.argv[3] + '/turbo_consts.inc', 'w').write(c[i:j])
+i = c.index('// ---- encode helpers shared'); j = c.index('// ---- end of the encode helpers')
+open(sys.argv[3] + '/turbo_helpers.inc', 'w').write(c[i:j])
 PY
 g++ -O1 -std=c++20 -ffp-contract=off -fopenmp "$here/set_rows_t4_check.cpp" -I"$tmp" -I"$here/../../cpu_ref" \
     -I"$src/ggml/include" -L"$bld/ggml/src" -lggml-base -lpthread -lm -o "$tmp/t4_check" 2>&1 | grep -v "^$" | head -30
