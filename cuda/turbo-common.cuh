@@ -65,6 +65,15 @@ static __device__ __forceinline__ uint16_t turbo_norm_half(const float len, cons
     }
     return __half_as_ushort(__float2half_rn(norm));
 }
+// a huge block is scaled by 2^-e first: e is frexpf's exponent of amax (normal here: amax = m * 2^e, m in
+// [0.5, 1)), and p1 * p2 = 2^-e as two exact power-of-two factors (2^-e alone may be subnormal)
+static __device__ __forceinline__ int turbo_prescale(const float amax, float & p1, float & p2) {
+    const int e = (int) ((__float_as_uint(amax) >> 23) & 0xffu) - 126;
+    const int e1 = e / 2, e2 = e - e / 2;
+    p1 = __uint_as_float((uint32_t) (127 - e1) << 23);
+    p2 = __uint_as_float((uint32_t) (127 - e2) << 23);
+    return e;
+}
 // ---- end of the encode helpers
 
 void ggml_cuda_turbo_check_tables(void);
@@ -190,12 +199,8 @@ static __device__ __forceinline__ uint16_t turbo_warp_encode(const float x[4], i
     }
     int e = 0;
     if (amax > TURBO_CUDA_BIG_AMAX) {
-        // frexpf: amax = m * 2^e, m in [0.5, 1); amax is normal here
-        e = (int) ((__float_as_uint(amax) >> 23) & 0xffu) - 126;
-        // x * 2^-e, as two exact power-of-two multiplies (2^-e alone may be subnormal)
-        const int e1 = e / 2, e2 = e - e / 2;
-        const float p1 = __uint_as_float((uint32_t) (127 - e1) << 23);
-        const float p2 = __uint_as_float((uint32_t) (127 - e2) << 23);
+        float p1, p2;
+        e = turbo_prescale(amax, p1, p2);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             t[k] = __fmul_rn(__fmul_rn(x[k], p1), p2);

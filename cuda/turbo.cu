@@ -234,10 +234,8 @@ static __device__ __forceinline__ void turbo_t4_encode_store(const float x[8][4]
     float len = 0.0f;
     const bool zero = bad || amax == 0.0f;     // uniform in the group (all its values were seen)
     if (!zero && amax > TURBO_CUDA_BIG_AMAX) {
-        e = (int) ((__float_as_uint(amax) >> 23) & 0xffu) - 126;
-        const int e1 = e / 2, e2 = e - e / 2;
-        const float p1 = __uint_as_float((uint32_t) (127 - e1) << 23);
-        const float p2 = __uint_as_float((uint32_t) (127 - e2) << 23);
+        float p1, p2;
+        e = turbo_prescale(amax, p1, p2);
 #pragma unroll
         for (int m = 0; m < 8; ++m) {
 #pragma unroll
