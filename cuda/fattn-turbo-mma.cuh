@@ -23,11 +23,20 @@
 #define TURBO_MMA_KEYS  16   // keys per warp step: the M of S^T
 #define TURBO_MMA_MIN_BLOCKS 4   // variant 6, D = 128: registers capped for 4 blocks (16 warps) per SM
 
+// VOL: volatile asm keeps every mma in program order (v4-v11 were tuned so). v14 (two tiles per step) needs the
+// compiler free to interleave its two tiles' independent mma chains: mma has no side effects, so plain asm is correct
+template <bool VOL = true>
 static __device__ __forceinline__ void turbo_mma_16816(float c[4], const uint32_t a[4], const uint32_t b0, const uint32_t b1) {
 #ifdef AMPERE_MMA_AVAILABLE
-    asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
-        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    if (VOL) {
+        asm volatile("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    } else {
+        asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};"
+            : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+            : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+    }
 #else
     GGML_UNUSED(c); GGML_UNUSED(a); GGML_UNUSED(b0); GGML_UNUSED(b1);
     NO_DEVICE_CODE;
@@ -79,7 +88,10 @@ struct turbo_mma_stage_cfg {
     static constexpr int VW = 4*(VC | RC);
     static constexpr int ALIGN = 15;                           // a row's start offset in its staged copy: address & ALIGN
     static constexpr int WORDS = TURBO_MMA_KEYS*(KW + VW);     // one stage
-    static constexpr int NSTAGE = NB == 1 ? 3 : 2;             // stages in flight (shared memory: 48 KB static)
+    static constexpr int TPS = VAR == 11 || VAR == 13 ? 2 : 1;  // v14: tiles per warp step
+    static constexpr int NSTAGE = TPS == 2 ? 4 : NB == 1 ? 3 : 2;  // stages of the ring (shared memory: 48 KB static)
+    static constexpr int GROUPS = NSTAGE/TPS;                  // a step's TPS stages are one cp.async group
+    static_assert(TPS == 1 || NB == 1, "v14 is compiled for D = 128 only (shared memory)");
 };
 
 // asynchronous copy of 16 bytes to shared memory, L2 only; src_bytes < 16 zero-fills the rest
@@ -213,10 +225,12 @@ static __device__ __forceinline__ void turbo_mma_cluster_merge(const turbo_fa_pa
 // VAR (TURBO_FA_MMA): 8 = v8/v10, 16-byte chunk staging and index bytes (turbo_mma_idx4): ncu on v5 had shown the
 // loop bound by instruction issue (~1140 warp instructions per 16-key step, a quarter of them computing 4-byte
 // copies' addresses, half cutting table indexes); 9 = v11, staged rows of an odd number of chunks (the default);
-// 12 = v11 merging its splits in a thread-block cluster. Earlier variants (v4-v7, v12) and their measurements are in
-// results/cuda-fa-notes.md.
+// 12 = v11 merging its splits in a thread-block cluster; 11 = v14, v11 with two 16-key tiles per warp step (both
+// tiles' scores as independent chains, one softmax update for their 32 keys, then both P.V), D = 128 only;
+// 13 = v14 with registers for 3 blocks per SM instead of 4. Earlier variants (v4-v7, v12) and their measurements
+// are in results/cuda-fa-notes.md.
 template <int D, ggml_type type_K, ggml_type type_V, int VAR>
-__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? TURBO_MMA_MIN_BLOCKS : 1)
+__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 13 ? 3 : TURBO_MMA_MIN_BLOCKS) : 1)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #ifndef AMPERE_MMA_AVAILABLE
     GGML_UNUSED(p);
@@ -230,6 +244,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
     typedef turbo_mma_stage_cfg<NB, KBITS, VBITS, VAR> cfg;
+    constexpr int TPS = cfg::TPS;
     // VAR 12 = v11 with the splits merged in a thread-block cluster (see turbo_mma_cluster_merge). A variant of its
     // own: the merge code in every kernel costs the loop ~125 more instructions per step (registers), static count
     constexpr bool CLUSTER = VAR == 12;
@@ -283,12 +298,14 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // contexts are latency: a warp there has one or two steps)
     int tt = t_begin + warp;
 #pragma unroll
-    for (int st = 0; st < cfg::NSTAGE - 1; ++st) {
+    for (int st = 0; st < (cfg::GROUPS - 1)*TPS; ++st) {
         const int t1 = tt + st*NW;
         if (t1 < t_end) {
             stage(ring + st*cfg::WORDS, t1);
         }
-        turbo_cp_async_commit();
+        if (st % TPS == TPS - 1) {
+            turbo_cp_async_commit();
+        }
     }
 
     // q rows, scaled (softmax scale and log2 e), signs applied, then the FWHT of each 128-block: one warp per
@@ -377,26 +394,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         staged_offsets(0);
     }
 
-    for (int it = 0; tt < t_end; tt += NW, ++it) {
-        const int k0 = tt*TURBO_MMA_KEYS;
-        const uint32_t * kst = ring + (it % cfg::NSTAGE)*cfg::WORDS;   // this step's stage
-        const uint32_t * vst = kst + TURBO_MMA_KEYS*cfg::KW;
-        constexpr int KBS = KBITS == 3 ? 50 : 34, VBS = VBITS == 3 ? 50 : 34;
-        __syncwarp();   // every lane is done with the stage refilled below (read in the step before)
-        const int t1 = tt + (cfg::NSTAGE - 1)*NW;
-        uint32_t * nst = ring + ((it + cfg::NSTAGE - 1) % cfg::NSTAGE)*cfg::WORDS;
-        if (t1 < t_end) {
-            stage(nst, t1);
-        }
-        turbo_cp_async_commit();
-        turbo_cp_async_wait<cfg::NSTAGE - 1>();
-        __syncwarp();   // the other lanes' copies of this step's stage are visible
-        if (NB != 1) {
-            staged_offsets(k0);
-        }
-
-        // v9b: this step's mask values are read before the K decode, so that their latency overlaps it
-        float mv[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // one tile's mask values (v9b: read before the K decode, so that their latency overlaps it)
+    auto tile_mask = [&](const int k0, float (&mv)[4]) {
+        mv[0] = mv[1] = mv[2] = mv[3] = 0.0f;
         if (maskb) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
@@ -404,9 +404,13 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 mv[e] = key < p.n_kv ? __half2float(mrow[e & 1][key]) : 0.0f;
             }
         }
+    };
+    constexpr int KBS = KBITS == 3 ? 50 : 34, VBS = VBITS == 3 ? 50 : 34;
 
-        // ---- S^T = K . Q^T, one 128-block at a time (each has its own norm)
-        float s[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    // ---- one tile's S^T = K . Q^T, one 128-block at a time (each has its own norm), then softcap and mask;
+    // s[e]: key k0 + g + 8*(e/2), row 2t + e%2
+    auto tile_scores = [&](const uint32_t * kst, const int k0, const float (&mv)[4], float (&s)[4]) {
+        s[0] = s[1] = s[2] = s[3] = 0.0f;
 #pragma unroll
         for (int b = 0; b < NB; ++b) {
             uint32_t lo0[2], lo1[2], hi[2];
@@ -435,14 +439,13 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 a[1] = turbo_mma_pick(pairK_sh, ix[1][w],     n);
                 a[2] = turbo_mma_pick(pairK_sh, ix[0][w + 1], n + 1);
                 a[3] = turbo_mma_pick(pairK_sh, ix[1][w + 1], n + 1);
-                turbo_mma_16816(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
+                turbo_mma_16816<TPS == 1>(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
             }
             const float n0 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + g*cfg::KW, ksh[0] + b*KBS)));
             const float n1 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + (g + 8)*cfg::KW, ksh[1] + b*KBS)));
             s[0] += sb[0]*n0; s[1] += sb[1]*n0;
             s[2] += sb[2]*n1; s[3] += sb[3]*n1;
         }
-        // s[e]: key k0 + g + 8*(e/2), row 2t + e%2
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
             const int key = k0 + g + 8*(e >> 1);
@@ -457,35 +460,10 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             }
             s[e] = v;
         }
+    };
 
-        // ---- online softmax over the 16 keys (lanes of equal t share a row)
-        float alpha[2];
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            float mx = fmaxf(s[i], s[i + 2]);
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 4));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 8));
-            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 16));
-            const float M_new = fmaxf(M[i], mx);
-            alpha[i] = M_new == -INFINITY ? 1.0f : exp2f(M[i] - M_new);
-            M[i] = M_new;
-        }
-        float pr[4];
-#pragma unroll
-        for (int e = 0; e < 4; ++e) {
-            pr[e] = M[e & 1] == -INFINITY ? 0.0f : exp2f(s[e] - M[e & 1]);
-        }
-        L[0] = L[0]*alpha[0] + pr[0] + pr[2];
-        L[1] = L[1]*alpha[1] + pr[1] + pr[3];
-        if (alpha[0] != 1.0f || alpha[1] != 1.0f) {
-#pragma unroll
-            for (int j = 0; j < NB*8; ++j) {
-                o[j][0] *= alpha[0]; o[j][1] *= alpha[1];
-                o[j][2] *= alpha[0]; o[j][3] *= alpha[1];
-            }
-        }
-
-        // ---- O^T += V^T . P^T, P scaled per key by the V norm of each 128-block
+    // ---- one tile's O^T += V^T . P^T, P scaled per key by the V norm of each 128-block
+    auto tile_pv = [&](const uint32_t * vst, const float (&pr)[4]) {
 #pragma unroll
         for (int b = 0; b < NB; ++b) {
             const float vn0 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(vst + g*cfg::VW, vsh[0] + b*VBS)));
@@ -519,7 +497,89 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 for (int r = 0; r < 4; ++r) {
                     a[r] = turbo_mma_pick(pairV_sh, vx[r][jj & 1], jj);
                 }
-                turbo_mma_16816(o[8*b + jj], a, pb0, pb1);
+                turbo_mma_16816<TPS == 1>(o[8*b + jj], a, pb0, pb1);
+            }
+        }
+    };
+
+    // a step: TPS tiles (tt, tt + NW, ...), staged as one group of the ring; GROUPS - 1 groups are in flight
+    for (int it = 0; tt < t_end; tt += TPS*NW, ++it) {
+        const uint32_t * gst = ring + (it % cfg::GROUPS)*TPS*cfg::WORDS;   // this step's stages
+        __syncwarp();   // every lane is done with the group refilled below (read in the step before)
+        uint32_t * nst = ring + ((it + cfg::GROUPS - 1) % cfg::GROUPS)*TPS*cfg::WORDS;
+#pragma unroll
+        for (int u = 0; u < TPS; ++u) {
+            const int t1 = tt + ((cfg::GROUPS - 1)*TPS + u)*NW;
+            if (t1 < t_end) {
+                stage(nst + u*cfg::WORDS, t1);
+            }
+        }
+        turbo_cp_async_commit();
+        turbo_cp_async_wait<cfg::GROUPS - 1>();
+        __syncwarp();   // the other lanes' copies of this step's stages are visible
+        if (NB != 1) {
+            staged_offsets(tt*TURBO_MMA_KEYS);   // NB != 1 only with TPS = 1
+        }
+
+        // a tile past the split's end (only the second of a v14 step, warp-uniform) was not staged: it is
+        // never read, its scores are -inf and its P.V is skipped
+        float mv[TPS][4], s[TPS][4];
+#pragma unroll
+        for (int u = 0; u < TPS; ++u) {
+            tile_mask((tt + u*NW)*TURBO_MMA_KEYS, mv[u]);
+        }
+#pragma unroll
+        for (int u = 0; u < TPS; ++u) {
+            if (u == 0 || tt + u*NW < t_end) {
+                tile_scores(gst + u*cfg::WORDS, (tt + u*NW)*TURBO_MMA_KEYS, mv[u], s[u]);
+            } else {
+                s[u][0] = s[u][1] = s[u][2] = s[u][3] = -INFINITY;
+            }
+        }
+
+        // ---- online softmax over the step's keys (lanes of equal t share a row)
+        float alpha[2];
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            float mx = fmaxf(s[0][i], s[0][i + 2]);
+#pragma unroll
+            for (int u = 1; u < TPS; ++u) {
+                mx = fmaxf(mx, fmaxf(s[u][i], s[u][i + 2]));
+            }
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 4));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 8));
+            mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 16));
+            const float M_new = fmaxf(M[i], mx);
+            alpha[i] = M_new == -INFINITY ? 1.0f : exp2f(M[i] - M_new);
+            M[i] = M_new;
+        }
+        float pr[TPS][4];
+#pragma unroll
+        for (int u = 0; u < TPS; ++u) {
+#pragma unroll
+            for (int e = 0; e < 4; ++e) {
+                pr[u][e] = M[e & 1] == -INFINITY ? 0.0f : exp2f(s[u][e] - M[e & 1]);
+            }
+        }
+        L[0] = L[0]*alpha[0] + pr[0][0] + pr[0][2];
+        L[1] = L[1]*alpha[1] + pr[0][1] + pr[0][3];
+#pragma unroll
+        for (int u = 1; u < TPS; ++u) {
+            L[0] += pr[u][0] + pr[u][2];
+            L[1] += pr[u][1] + pr[u][3];
+        }
+        if (alpha[0] != 1.0f || alpha[1] != 1.0f) {
+#pragma unroll
+            for (int j = 0; j < NB*8; ++j) {
+                o[j][0] *= alpha[0]; o[j][1] *= alpha[1];
+                o[j][2] *= alpha[0]; o[j][3] *= alpha[1];
+            }
+        }
+
+#pragma unroll
+        for (int u = 0; u < TPS; ++u) {
+            if (u == 0 || tt + u*NW < t_end) {
+                tile_pv(gst + u*cfg::WORDS + TURBO_MMA_KEYS*cfg::KW, pr[u]);
             }
         }
     }
@@ -589,7 +649,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #define TURBO_MMA_FOR_EACH(X) \
     X(128, GGML_TYPE_TURBO3, 8) X(128, GGML_TYPE_TURBO2, 8) X(256, GGML_TYPE_TURBO3, 8) X(256, GGML_TYPE_TURBO2, 8) \
     X(128, GGML_TYPE_TURBO3, 9) X(128, GGML_TYPE_TURBO2, 9) X(256, GGML_TYPE_TURBO3, 9) X(256, GGML_TYPE_TURBO2, 9) \
-    X(128, GGML_TYPE_TURBO3, 12) X(128, GGML_TYPE_TURBO2, 12) X(256, GGML_TYPE_TURBO3, 12) X(256, GGML_TYPE_TURBO2, 12)
+    X(128, GGML_TYPE_TURBO3, 12) X(128, GGML_TYPE_TURBO2, 12) X(256, GGML_TYPE_TURBO3, 12) X(256, GGML_TYPE_TURBO2, 12) \
+    X(128, GGML_TYPE_TURBO3, 11) X(128, GGML_TYPE_TURBO2, 11) X(128, GGML_TYPE_TURBO3, 13) X(128, GGML_TYPE_TURBO2, 13)
 
 // a plain launch, or (p.cluster) one cluster of p.n_split blocks per row group (grid.x = n_split)
 static void turbo_mma_launch_one(void (*kernel)(const turbo_fa_params), cudaStream_t stream, const turbo_fa_params & p,
@@ -628,8 +689,8 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at whole waves)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const int var) {
-    static int cache[2][2][3] = {};   // var 8, 9, 12
-    int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var == 12 ? 2 : var - 8];
+    static int cache[2][2][6] = {};   // var 8, 9, 11, 12, 13
+    int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var - 8];
     if (n == 0) {
         const void * fn = nullptr;
 #define TURBO_MMA_FN(DD, TYPE_V, VV) if (D == DD && type_V == TYPE_V && var == VV) fn = (const void *) k_turbo_fattn_mma<DD, type_K, TYPE_V, VV>;
