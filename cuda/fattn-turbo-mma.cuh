@@ -88,7 +88,7 @@ struct turbo_mma_stage_cfg {
     static constexpr int VW = 4*(VC | RC);
     static constexpr int ALIGN = 15;                           // a row's start offset in its staged copy: address & ALIGN
     static constexpr int WORDS = TURBO_MMA_KEYS*(KW + VW);     // one stage
-    static constexpr int TPS = VAR == 13 || VAR == 18 ? 2 : 1;  // v14: tiles per warp step
+    static constexpr int TPS = VAR == 13 ? 2 : 1;               // v14: tiles per warp step
     static constexpr int NSTAGE = TPS == 2 ? 4 : NB == 1 ? 3 : 2;  // stages of the ring (shared memory: 48 KB static)
     static constexpr int GROUPS = NSTAGE/TPS;                  // a step's TPS stages are one cp.async group
     static_assert(TPS == 1 || NB == 1, "v14 is compiled for D = 128 only (shared memory)");
@@ -170,17 +170,6 @@ static __device__ __forceinline__ uint32_t turbo_mma_pick(const uint32_t table_s
     return v;
 }
 
-// v15 (TURBO_FA_MMA=16..18): the same pick from a table with one copy per lane, entry-major (word 32*entry + lane):
-// lane_sh is the table's shared address plus 4*lane. Every lane reads its own bank, so a pick is one wavefront; from
-// the 64-word table a turbo3 pick costs ~2 (entries e and e + 32 share a bank; ncu of v11 at 128K: 46% of the shared
-// load wavefronts were conflicts). One more instruction per pick (the byte is shifted into the entry's row).
-static __device__ __forceinline__ uint32_t turbo_mma_pick_rep(const uint32_t lane_sh, const uint32_t w, const int n) {
-    uint32_t v;
-    const uint32_t byte = __byte_perm(w, 0, 0x4440 | (n >> 1));   // 4*entry, zero-extended
-    asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"(lane_sh + (byte << 5)));
-    return v;
-}
-
 // a 32-bit value at an even byte offset of a staged row
 static __device__ __forceinline__ uint32_t turbo_sh_u32(const uint32_t * row, const int off) {
     const uint32_t a = row[off >> 2];
@@ -238,12 +227,10 @@ static __device__ __forceinline__ void turbo_mma_cluster_merge(const turbo_fa_pa
 // copies' addresses, half cutting table indexes); 9 = v11, staged rows of an odd number of chunks (the default);
 // 12 = v11 merging its splits in a thread-block cluster; 13 = v14, v11 with two 16-key tiles per warp step (both
 // tiles' scores as independent chains, one softmax update for their 32 keys, then both P.V) and registers for 3
-// blocks per SM (run 14: v14 at 4 blocks per SM, 11 then, spilled and was slower); 14 = v11 + v16 (mask prefetch);
-// 16 = v11 + v15 (per-lane pair tables); 17 = v11 + v15 + v16; 18 = v14 + v16 (v15 does not fit in its shared
-// memory). 13-18: D = 128 only. Earlier
-// variants (v4-v7, v11's v12) and their measurements are in results/cuda-fa-notes.md.
+// blocks per SM, D = 128 only (the default for turbo3 V from 16K keys up, fattn-turbo.cu). Earlier variants (v4-v7,
+// v12, v14 at 4 blocks per SM, v15, v16) and their measurements are in results/cuda-fa-notes.md.
 template <int D, ggml_type type_K, ggml_type type_V, int VAR>
-__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 13 || VAR == 18 ? 3 : TURBO_MMA_MIN_BLOCKS) : 1)
+__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 13 ? 3 : TURBO_MMA_MIN_BLOCKS) : 1)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #ifndef AMPERE_MMA_AVAILABLE
     GGML_UNUSED(p);
@@ -258,12 +245,6 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 
     typedef turbo_mma_stage_cfg<NB, KBITS, VBITS, VAR> cfg;
     constexpr int TPS = cfg::TPS;
-    // v15: per-lane copies of the 3-bit pair table (turbo_mma_pick_rep); v16: each step loads the next step's mask
-    // values, so that their global latency has a whole step to pass (ncu of v11: long-scoreboard stalls 1.14 cycles
-    // per instruction, and the mask is the loop's only global load)
-    constexpr bool REP = VAR == 16 || VAR == 17;
-    constexpr bool KREP = REP && KBITS == 3, VREP = REP && VBITS == 3;
-    constexpr bool MPF = VAR == 14 || VAR == 17 || VAR == 18;
     // VAR 12 = v11 with the splits merged in a thread-block cluster (see turbo_mma_cluster_merge). A variant of its
     // own: the merge code in every kernel costs the loop ~125 more instructions per step (registers), static count
     constexpr bool CLUSTER = VAR == 12;
@@ -272,7 +253,6 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     __shared__ float    q_sh[NR*QS];
     __shared__ __align__(256) uint32_t pairK[64];
     __shared__ __align__(256) uint32_t pairV[64];
-    __shared__ __align__(128) uint32_t pairRep[KREP || VREP ? 64*32 : 1];   // v15: K and V share it (both 3-bit)
     __shared__ float    Ms[NW*NR], Ls[NW*NR];
     __shared__ float    Mc[NR], Lc[NR];                           // cluster merge: this block's row maxima and sums
     __shared__ uint32_t ring_os[RING > OSZ ? RING : OSZ];             // the ring is dead when the outputs are written
@@ -297,20 +277,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         pairK[tid] = turbo_mma_pair<KBITS>(tid);
         pairV[tid] = turbo_mma_pair<VBITS>(tid);
     }
-    if (KREP || VREP) {
-        for (int i = tid; i < 64*32; i += NW*WARP_SIZE) {
-            pairRep[i] = turbo_mma_pair<3>(i / 32);
-        }
-    }
-    const uint32_t pairRep_sh = (uint32_t) __cvta_generic_to_shared(pairRep) + 4*lane;
-    const uint32_t pairK_sh = KREP ? pairRep_sh : (uint32_t) __cvta_generic_to_shared(pairK);
-    const uint32_t pairV_sh = VREP ? pairRep_sh : (uint32_t) __cvta_generic_to_shared(pairV);
-    auto pickK = [&](const uint32_t w, const int n) {
-        return KREP ? turbo_mma_pick_rep(pairK_sh, w, n) : turbo_mma_pick(pairK_sh, w, n);
-    };
-    auto pickV = [&](const uint32_t w, const int n) {
-        return VREP ? turbo_mma_pick_rep(pairV_sh, w, n) : turbo_mma_pick(pairV_sh, w, n);
-    };
+    const uint32_t pairK_sh = (uint32_t) __cvta_generic_to_shared(pairK);
+    const uint32_t pairV_sh = (uint32_t) __cvta_generic_to_shared(pairV);
     const char * Kb = p.K + (int64_t) hk*p.nb12 + (int64_t) (iq3 % p.ne13)*p.nb13;
     const char * Vb = p.V + (int64_t) hk*p.nb22 + (int64_t) (iq3 % p.ne23)*p.nb23;
     const int n_tiles = (p.n_kv + TURBO_MMA_KEYS - 1) / TURBO_MMA_KEYS;
@@ -467,10 +435,10 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             for (int cc = 0; cc < 8; ++cc) {
                 const int w = (cc >> 2)*2, n = 2*(cc & 3);   // pair 2cc is nibble n of lo0/lo1
                 uint32_t a[4];
-                a[0] = pickK(ix[0][w],     n);
-                a[1] = pickK(ix[1][w],     n);
-                a[2] = pickK(ix[0][w + 1], n + 1);
-                a[3] = pickK(ix[1][w + 1], n + 1);
+                a[0] = turbo_mma_pick(pairK_sh, ix[0][w],     n);
+                a[1] = turbo_mma_pick(pairK_sh, ix[1][w],     n);
+                a[2] = turbo_mma_pick(pairK_sh, ix[0][w + 1], n + 1);
+                a[3] = turbo_mma_pick(pairK_sh, ix[1][w + 1], n + 1);
                 turbo_mma_16816<TPS == 1>(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
             }
             const float n0 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + g*cfg::KW, ksh[0] + b*KBS)));
@@ -527,20 +495,12 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 uint32_t a[4];
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
-                    a[r] = pickV(vx[r][jj & 1], jj);
+                    a[r] = turbo_mma_pick(pairV_sh, vx[r][jj & 1], jj);
                 }
                 turbo_mma_16816<TPS == 1>(o[8*b + jj], a, pb0, pb1);
             }
         }
     };
-
-    float mvn[TPS][4];   // v16: the next step's mask values
-    if (MPF) {
-#pragma unroll
-        for (int u = 0; u < TPS; ++u) {
-            tile_mask((tt + u*NW)*TURBO_MMA_KEYS, mvn[u]);
-        }
-    }
 
     // a step: TPS tiles (tt, tt + NW, ...), staged as one group of the ring; GROUPS - 1 groups are in flight
     for (int it = 0; tt < t_end; tt += TPS*NW, ++it) {
@@ -566,15 +526,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         float mv[TPS][4], s[TPS][4];
 #pragma unroll
         for (int u = 0; u < TPS; ++u) {
-            if (MPF) {
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    mv[u][e] = mvn[u][e];
-                }
-                tile_mask((tt + (TPS + u)*NW)*TURBO_MMA_KEYS, mvn[u]);
-            } else {
-                tile_mask((tt + u*NW)*TURBO_MMA_KEYS, mv[u]);
-            }
+            tile_mask((tt + u*NW)*TURBO_MMA_KEYS, mv[u]);
         }
 #pragma unroll
         for (int u = 0; u < TPS; ++u) {
@@ -698,9 +650,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     X(128, GGML_TYPE_TURBO3, 8) X(128, GGML_TYPE_TURBO2, 8) X(256, GGML_TYPE_TURBO3, 8) X(256, GGML_TYPE_TURBO2, 8) \
     X(128, GGML_TYPE_TURBO3, 9) X(128, GGML_TYPE_TURBO2, 9) X(256, GGML_TYPE_TURBO3, 9) X(256, GGML_TYPE_TURBO2, 9) \
     X(128, GGML_TYPE_TURBO3, 12) X(128, GGML_TYPE_TURBO2, 12) X(256, GGML_TYPE_TURBO3, 12) X(256, GGML_TYPE_TURBO2, 12) \
-    X(128, GGML_TYPE_TURBO3, 13) X(128, GGML_TYPE_TURBO2, 13) X(128, GGML_TYPE_TURBO3, 14) X(128, GGML_TYPE_TURBO2, 14) \
-    X(128, GGML_TYPE_TURBO3, 16) X(128, GGML_TYPE_TURBO2, 16) X(128, GGML_TYPE_TURBO3, 17) X(128, GGML_TYPE_TURBO2, 17) \
-    X(128, GGML_TYPE_TURBO3, 18) X(128, GGML_TYPE_TURBO2, 18)
+    X(128, GGML_TYPE_TURBO3, 13) X(128, GGML_TYPE_TURBO2, 13)
 
 // a plain launch, or (p.cluster) one cluster of p.n_split blocks per row group (grid.x = n_split)
 static void turbo_mma_launch_one(void (*kernel)(const turbo_fa_params), cudaStream_t stream, const turbo_fa_params & p,
@@ -739,7 +689,7 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at whole waves)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const int var) {
-    static int cache[2][2][11] = {};   // var 8 .. 18
+    static int cache[2][2][6] = {};   // var 8 .. 13
     int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var - 8];
     if (n == 0) {
         const void * fn = nullptr;
