@@ -56,19 +56,6 @@ static __device__ __forceinline__ uint32_t turbo_movmatrix_trans(const uint32_t 
 #endif
 }
 
-// v17 (TURBO_FA_MMA=19, 20): 2^x as the bare ex2.approx.ftz. exp2f adds a path for results below 2^-126 (a compare,
-// two predicated multiplies and predicate shuffling around each MUFU: ~30 of a step's ~714 instructions for its 6
-// exponentials). A softmax weight that small is 0 once P is rounded to f16, so the result does not change.
-template <bool FTZ>
-static __device__ __forceinline__ float turbo_exp2(const float x) {
-    if (!FTZ) {
-        return exp2f(x);
-    }
-    float y;
-    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
-    return y;
-}
-
 static __device__ __forceinline__ uint32_t turbo_h2_bits(const float a, const float b) {
     const half2 h = __floats2half2_rn(a, b);   // a in the low 16 bits: the lower k index of a fragment
     return *(const uint32_t *) &h;
@@ -101,7 +88,7 @@ struct turbo_mma_stage_cfg {
     static constexpr int VW = 4*(VC | RC);
     static constexpr int ALIGN = 15;                           // a row's start offset in its staged copy: address & ALIGN
     static constexpr int WORDS = TURBO_MMA_KEYS*(KW + VW);     // one stage
-    static constexpr int TPS = VAR == 13 || VAR == 20 ? 2 : 1;  // v14: tiles per warp step
+    static constexpr int TPS = VAR == 13 ? 2 : 1;               // v14: tiles per warp step
     static constexpr int NSTAGE = TPS == 2 ? 4 : NB == 1 ? 3 : 2;  // stages of the ring (shared memory: 48 KB static)
     static constexpr int GROUPS = NSTAGE/TPS;                  // a step's TPS stages are one cp.async group
     static_assert(TPS == 1 || NB == 1, "v14 is compiled for D = 128 only (shared memory)");
@@ -240,11 +227,10 @@ static __device__ __forceinline__ void turbo_mma_cluster_merge(const turbo_fa_pa
 // copies' addresses, half cutting table indexes); 9 = v11, staged rows of an odd number of chunks (the default);
 // 12 = v11 merging its splits in a thread-block cluster; 13 = v14, v11 with two 16-key tiles per warp step (both
 // tiles' scores as independent chains, one softmax update for their 32 keys, then both P.V) and registers for 3
-// blocks per SM, D = 128 only (the default for turbo3 V from 16K keys up, fattn-turbo.cu); 19 = v11 + v17 and
-// 20 = v14 + v17 (turbo_exp2), D = 128 only, not yet run on a GPU. Earlier variants (v4-v7, v12, v14 at 4 blocks per
-// SM, v15, v16) and their measurements are in results/cuda-fa-notes.md.
+// blocks per SM, D = 128 only (the default for turbo3 V from 16K keys up, fattn-turbo.cu). Earlier variants (v4-v7,
+// v12, v14 at 4 blocks per SM, v15, v16, v17) and their measurements are in results/cuda-fa-notes.md.
 template <int D, ggml_type type_K, ggml_type type_V, int VAR>
-__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 13 || VAR == 20 ? 3 : TURBO_MMA_MIN_BLOCKS) : 1)
+__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 13 ? 3 : TURBO_MMA_MIN_BLOCKS) : 1)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #ifndef AMPERE_MMA_AVAILABLE
     GGML_UNUSED(p);
@@ -259,7 +245,6 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 
     typedef turbo_mma_stage_cfg<NB, KBITS, VBITS, VAR> cfg;
     constexpr int TPS = cfg::TPS;
-    constexpr bool FTZ = VAR == 19 || VAR == 20;   // v17: the loop's exponentials without exp2f's subnormal path
     // VAR 12 = v11 with the splits merged in a thread-block cluster (see turbo_mma_cluster_merge). A variant of its
     // own: the merge code in every kernel costs the loop ~125 more instructions per step (registers), static count
     constexpr bool CLUSTER = VAR == 12;
@@ -565,7 +550,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 8));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 16));
             const float M_new = fmaxf(M[i], mx);
-            alpha[i] = M_new == -INFINITY ? 1.0f : turbo_exp2<FTZ>(M[i] - M_new);
+            alpha[i] = M_new == -INFINITY ? 1.0f : exp2f(M[i] - M_new);
             M[i] = M_new;
         }
         float pr[TPS][4];
@@ -573,7 +558,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         for (int u = 0; u < TPS; ++u) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                pr[u][e] = M[e & 1] == -INFINITY ? 0.0f : turbo_exp2<FTZ>(s[u][e] - M[e & 1]);
+                pr[u][e] = M[e & 1] == -INFINITY ? 0.0f : exp2f(s[u][e] - M[e & 1]);
             }
         }
         L[0] = L[0]*alpha[0] + pr[0][0] + pr[0][2];
@@ -665,8 +650,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     X(128, GGML_TYPE_TURBO3, 8) X(128, GGML_TYPE_TURBO2, 8) X(256, GGML_TYPE_TURBO3, 8) X(256, GGML_TYPE_TURBO2, 8) \
     X(128, GGML_TYPE_TURBO3, 9) X(128, GGML_TYPE_TURBO2, 9) X(256, GGML_TYPE_TURBO3, 9) X(256, GGML_TYPE_TURBO2, 9) \
     X(128, GGML_TYPE_TURBO3, 12) X(128, GGML_TYPE_TURBO2, 12) X(256, GGML_TYPE_TURBO3, 12) X(256, GGML_TYPE_TURBO2, 12) \
-    X(128, GGML_TYPE_TURBO3, 13) X(128, GGML_TYPE_TURBO2, 13) \
-    X(128, GGML_TYPE_TURBO3, 19) X(128, GGML_TYPE_TURBO2, 19) X(128, GGML_TYPE_TURBO3, 20) X(128, GGML_TYPE_TURBO2, 20)
+    X(128, GGML_TYPE_TURBO3, 13) X(128, GGML_TYPE_TURBO2, 13)
 
 // a plain launch, or (p.cluster) one cluster of p.n_split blocks per row group (grid.x = n_split)
 static void turbo_mma_launch_one(void (*kernel)(const turbo_fa_params), cudaStream_t stream, const turbo_fa_params & p,
@@ -705,7 +689,7 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at whole waves)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const int var) {
-    static int cache[2][2][13] = {};   // var 8 .. 20
+    static int cache[2][2][6] = {};   // var 8 .. 13
     int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var - 8];
     if (n == 0) {
         const void * fn = nullptr;
