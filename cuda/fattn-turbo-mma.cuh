@@ -88,7 +88,7 @@ struct turbo_mma_stage_cfg {
     static constexpr int VW = 4*(VC | RC);
     static constexpr int ALIGN = 15;                           // a row's start offset in its staged copy: address & ALIGN
     static constexpr int WORDS = TURBO_MMA_KEYS*(KW + VW);     // one stage
-    static constexpr int TPS = VAR == 13 ? 2 : 1;               // v14: tiles per warp step
+    static constexpr int TPS = VAR == 11 || VAR == 13 ? 2 : 1;  // v14: tiles per warp step
     static constexpr int NSTAGE = TPS == 2 ? 4 : NB == 1 ? 3 : 2;  // stages of the ring (shared memory: 48 KB static)
     static constexpr int GROUPS = NSTAGE/TPS;                  // a step's TPS stages are one cp.async group
     static_assert(TPS == 1 || NB == 1, "v14 is compiled for D = 128 only (shared memory)");
@@ -227,8 +227,9 @@ static __device__ __forceinline__ void turbo_mma_cluster_merge(const turbo_fa_pa
 // copies' addresses, half cutting table indexes); 9 = v11, staged rows of an odd number of chunks (the default);
 // 12 = v11 merging its splits in a thread-block cluster; 13 = v14, v11 with two 16-key tiles per warp step (both
 // tiles' scores as independent chains, one softmax update for their 32 keys, then both P.V) and registers for 3
-// blocks per SM, D = 128 only (the default for turbo3 V from 16K keys up, fattn-turbo.cu). Earlier variants (v4-v7,
-// v12, v14 at 4 blocks per SM, v15, v16, v17) and their measurements are in results/cuda-fa-notes.md.
+// blocks per SM, D = 128 only (the default for turbo3 V from 16K keys up, fattn-turbo.cu); 11 = v18, v14 at 4 blocks
+// per SM with q's fragments in shared memory (not yet run on a GPU). Earlier variants (v4-v7, v12, v14 at 4 blocks
+// per SM with q in registers, v15, v16, v17) and their measurements are in results/cuda-fa-notes.md.
 template <int D, ggml_type type_K, ggml_type type_V, int VAR>
 __launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 13 ? 3 : TURBO_MMA_MIN_BLOCKS) : 1)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
@@ -245,6 +246,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 
     typedef turbo_mma_stage_cfg<NB, KBITS, VBITS, VAR> cfg;
     constexpr int TPS = cfg::TPS;
+    // v18 (11): v14 at 4 blocks per SM without spills: q's B fragments are read from shared memory at each use
+    // instead of held in 16 registers (v14 with them in registers spilled 36-40 bytes at 4 blocks, run 14)
+    constexpr bool QSH = VAR == 11;
     // VAR 12 = v11 with the splits merged in a thread-block cluster (see turbo_mma_cluster_merge). A variant of its
     // own: the merge code in every kernel costs the loop ~125 more instructions per step (registers), static count
     constexpr bool CLUSTER = VAR == 12;
@@ -350,6 +354,29 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         qb[c][0] = turbo_h2_bits(qr[0]*TURBO_CUDA_INV_SQRT_QK, qr[1]*TURBO_CUDA_INV_SQRT_QK);
         qb[c][1] = turbo_h2_bits(qr[2]*TURBO_CUDA_INV_SQRT_QK, qr[3]*TURBO_CUDA_INV_SQRT_QK);
     }
+    // v18: the fragments (the same in every warp) replace q in q_sh: chunk c of lane l at uint2 c*32 + l
+    const uint32_t qfrag_sh = (uint32_t) __cvta_generic_to_shared(q_sh) + 8*lane;
+    if (QSH) {
+        static_assert(!QSH || NB*8*WARP_SIZE*2 <= NR*QS, "q fragments do not fit in q_sh");
+        __syncthreads();   // every warp has read q_sh
+        if (warp == 0) {
+#pragma unroll
+            for (int c = 0; c < NB*8; ++c) {
+                ((uint2 *) q_sh)[c*WARP_SIZE + lane] = make_uint2(qb[c][0], qb[c][1]);
+            }
+        }
+        __syncthreads();
+    }
+    // B fragment pair of chunk c: from registers, or (v18) a shared load at this point of the loop (volatile: not
+    // hoisted out of it, which would bring the 16 registers back)
+    auto qfrag = [&](const int c, uint32_t & b0, uint32_t & b1) {
+        if (QSH) {
+            asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(b0), "=r"(b1) : "r"(qfrag_sh + c*WARP_SIZE*8));
+        } else {
+            b0 = qb[c][0];
+            b1 = qb[c][1];
+        }
+    };
 
     // rows of this lane in S^T and O^T: 2t, 2t+1
     float slope[2];
@@ -439,7 +466,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 a[1] = turbo_mma_pick(pairK_sh, ix[1][w],     n);
                 a[2] = turbo_mma_pick(pairK_sh, ix[0][w + 1], n + 1);
                 a[3] = turbo_mma_pick(pairK_sh, ix[1][w + 1], n + 1);
-                turbo_mma_16816<TPS == 1>(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
+                uint32_t b0, b1;
+                qfrag(8*b + cc, b0, b1);
+                turbo_mma_16816<TPS == 1>(sb, a, b0, b1);
             }
             const float n0 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + g*cfg::KW, ksh[0] + b*KBS)));
             const float n1 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + (g + 8)*cfg::KW, ksh[1] + b*KBS)));
@@ -650,7 +679,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     X(128, GGML_TYPE_TURBO3, 8) X(128, GGML_TYPE_TURBO2, 8) X(256, GGML_TYPE_TURBO3, 8) X(256, GGML_TYPE_TURBO2, 8) \
     X(128, GGML_TYPE_TURBO3, 9) X(128, GGML_TYPE_TURBO2, 9) X(256, GGML_TYPE_TURBO3, 9) X(256, GGML_TYPE_TURBO2, 9) \
     X(128, GGML_TYPE_TURBO3, 12) X(128, GGML_TYPE_TURBO2, 12) X(256, GGML_TYPE_TURBO3, 12) X(256, GGML_TYPE_TURBO2, 12) \
-    X(128, GGML_TYPE_TURBO3, 13) X(128, GGML_TYPE_TURBO2, 13)
+    X(128, GGML_TYPE_TURBO3, 13) X(128, GGML_TYPE_TURBO2, 13) X(128, GGML_TYPE_TURBO3, 11) X(128, GGML_TYPE_TURBO2, 11)
 
 // a plain launch, or (p.cluster) one cluster of p.n_split blocks per row group (grid.x = n_split)
 static void turbo_mma_launch_one(void (*kernel)(const turbo_fa_params), cudaStream_t stream, const turbo_fa_params & p,

@@ -91,6 +91,8 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     int var = 9;
     if (mma_env == 8 || mma_env == 9) {
         var = mma_env;
+    } else if (mma_env == 11) {
+        var = D == 128 ? 11 : 9;   // v18, not yet measured
     } else if (mma_env == 13 || (mma_env == 0 && V->type == GGML_TYPE_TURBO3 && n_kv >= 16384)) {
         var = D == 128 ? 13 : 9;
     }
