@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # turbo-llama: the whole GPU run in one go (H200 via the device tool, or any CUDA machine).
-#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [ncu] [ktime] [fatime] [mixed] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
+#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [vquick] [ncu] [ktime] [fatime] [mixed] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
 #   default: build test bench. The device tool keeps a machine (and /tmp) 30 s after a call, so a session:
 #     call 1: `bg` (starts the build in the background from a copy of the repo)
 #     calls 2..6: `model` (one part of the Gemma GGUF each: .devcarry/m1/p1 .. m5/p5, split so that a part plus
@@ -9,6 +9,12 @@
 #   bench runs (TL_BENCH, default main): main, deep (128K), v3, mma8, mma9 (TURBO_FA_MMA), hf (TURBO_FA_HEADS_FIRST=1),
 #   pre0 (TURBO_FA_PREFILL=0: the generic prefill conversion), nooff (TURBO_K_OFFSET=0), steps2.. (TURBO_FA_MIN_STEPS),
 #   cl (TURBO_FA_CLUSTER=1), env:A=1,B=2 (any switches; turbo3 and turbo2 at TL_VAR_DEPTHS, default 0,8192)
+#   vquick: FLASH_ATTN_EXT correctness and the decode perf cases (32K, 128K) of the default and of each TL_PERF_VARIANT
+#   only: with `TL_TARGETS=test-backend-ops ... build vquick` one call of ~5 minutes tries a kernel variant (run 14).
+# .devcarry is not in git: on a fresh checkout make it first (a few minutes, on this CPU machine):
+#   .venv/bin/turbo-llama prepare --out /tmp/prep && bash ci/make-devcarry.sh /tmp/prep --pristine
+#   .venv/bin/python -m pip download --no-deps --only-binary :all: click tqdm -d .devcarry/whl
+#   and carry .devcarry/tree.tar.gz, .devcarry/pristine.tar.gz (for bg/tlfull) and .devcarry/whl (for bench).
 # Needs .devcarry/tree.tar.gz: the stripped upstream tree (b11312) with our overlay + patches applied
 # (made by ci/make-devcarry.sh from the patched dev tree: git archive minus docs/ models/ media/, unused backends).
 # The current cuda/ sources are copied over the tree's copies, so kernel fixes need no new tarball.
@@ -171,6 +177,16 @@ if [[ " $PHASES " == *" test "* ]]; then
             | sed -E 's/max_bias=.*type_K=/type_K=/; s/,permute=[^)]*//' >> "$OUT/summary.txt"
     fi
     grep -E "FAIL|not supported" "$OUT/tbo.log" | head -40 >> "$OUT/summary.txt"
+fi
+
+if [[ " $PHASES " == *" vquick "* ]]; then
+    for pv in TURBO_FA_NONE=1 ${TL_PERF_VARIANT:-}; do
+        env $pv "$B/test-backend-ops" -b CUDA0 -o FLASH_ATTN_EXT -p "type_K=turbo[23],type_V=turbo[23]" > "$WORK/tbo_one.log" 2>&1
+        log "$pv FLASH_ATTN_EXT turbo/turbo: rc=$? | $(grep -E 'tests passed' "$WORK/tbo_one.log" | tail -1)"
+        env $pv "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$FA_PERF.*type_K=turbo" 2>&1 \
+            | sed 's/\x1b\[[0-9;]*m//g' | grep -oE "kv=[0-9]+.*type_V=turbo[23].*us/run" \
+            | sed -E 's/,nb=1,mask=1,sinks=0//; s/\): +[0-9]+ runs - +/ /' | sed "s/^/  $pv /" | tee -a "$OUT/summary.txt"
+    done
 fi
 
 if [[ " $PHASES " == *" ncu "* ]]; then
