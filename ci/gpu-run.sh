@@ -180,7 +180,7 @@ if [[ " $PHASES " == *" test "* ]]; then
 fi
 
 if [[ " $PHASES " == *" vquick "* ]]; then
-    for pv in TURBO_FA_NONE=1 ${TL_PERF_VARIANT:-}; do
+    for pv in TL_DEFAULT=1 ${TL_PERF_VARIANT:-}; do   # TL_DEFAULT=1: the default kernels
         env $pv "$B/test-backend-ops" -b CUDA0 -o FLASH_ATTN_EXT -p "type_K=turbo[23],type_V=turbo[23]" > "$WORK/tbo_one.log" 2>&1
         log "$pv FLASH_ATTN_EXT turbo/turbo: rc=$? | $(grep -E 'tests passed' "$WORK/tbo_one.log" | tail -1)"
         env $pv "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$FA_PERF.*type_K=turbo" 2>&1 \
