@@ -552,6 +552,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 
         // a tile past the split's end (only the second of a v14 step, warp-uniform) was not staged: it is
         // never read, its scores are -inf and its P.V is skipped
+        auto staged = [&](const int u) { return u == 0 || tt + u*NW < t_end; };
         float mv[TPS][4], s[TPS][4];
 #pragma unroll
         for (int u = 0; u < TPS; ++u) {
@@ -559,7 +560,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
 #pragma unroll
         for (int u = 0; u < TPS; ++u) {
-            if (u == 0 || tt + u*NW < t_end) {
+            if (staged(u)) {
                 tile_scores(gst + u*cfg::WORDS, (tt + u*NW)*TURBO_MMA_KEYS, mv[u], s[u]);
             } else {
                 s[u][0] = s[u][1] = s[u][2] = s[u][3] = -INFINITY;
@@ -607,7 +608,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 
 #pragma unroll
         for (int u = 0; u < TPS; ++u) {
-            if (u == 0 || tt + u*NW < t_end) {
+            if (staged(u)) {
                 tile_pv(gst + u*cfg::WORDS + TURBO_MMA_KEYS*cfg::KW, pr[u]);
             }
         }
