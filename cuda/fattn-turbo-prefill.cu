@@ -8,93 +8,153 @@
 // f16 K/V, and the output rows are rotated back once.
 // On by default since run 9 (TURBO_FA_PREFILL=0: the generic conversion): with one warp per block in the
 // decode below, a 512-query ubatch over 32K turbo3 keys costs 122 us per layer on top of the attention instead
-// of 180 (pp512 @32K 0.960x f16 against 0.910x on the H200, results/gpu.md run 9). Run 5's first version (a
-// block per row) was slower than the generic path (0.855x against 0.902x).
+// of 180 (pp512 @32K 0.960x f16 against 0.910x on the H200, results/gpu.md run 9); with 8 blocks per warp
+// (run 15) the K or V decode takes 27 us instead of 54 and the op 1124.9 us instead of 1166.8 (f16: 997). Run
+// 5's first version (a block per row) was slower than the generic path (0.855x against 0.902x).
 #include "turbo-common.cuh"
 #include "turbo.cuh"
 #include "fattn.cuh"
 
-// blocks of 8 warps (threadIdx.y), one warp per 128-block of the rows: nblk = rows x ne0/128
+// blocks of 8 warps (threadIdx.y); each warp takes TURBO_ROT_NB consecutive 128-blocks of the rows and issues
+// all their loads before it computes: with one block per warp (runs 9-14) every warp was one load's latency
+// and the kernels ran in ~30 short waves (the decode of a 32K turbo3 cache, 80 MB moved, took 53.6 us: 1.5 TB/s)
 #define TURBO_ROT_WARPS 8
+#define TURBO_ROT_NB    8
+
+// the warps of a launch over nblk blocks, NB blocks each
+static unsigned turbo_rot_grid(const int64_t nblk, const int nb) {
+    return (unsigned) ((nblk + (int64_t) TURBO_ROT_WARPS*nb - 1) / ((int64_t) TURBO_ROT_WARPS*nb));
+}
+
+// the next block of a walk over (block of a row, dim 1, dim 2, dim 3): turbo_block_at(wid + 1) without divisions
+static __device__ __forceinline__ void turbo_block_next(turbo_block_pos & b, const int nbr, const int ne1, const int ne2) {
+    if (++b.ib == nbr) {
+        b.ib = 0;
+        if (++b.i1 == ne1) {
+            b.i1 = 0;
+            if (++b.i2 == ne2) {
+                b.i2 = 0;
+                ++b.i3;
+            }
+        }
+    }
+}
 
 // q rows (strided f32) -> contiguous rows of R q: signs, FWHT, 1/sqrt(128)
+template <int NB>
 static __global__ void k_turbo_rotate_rows(const char * __restrict__ src, float * __restrict__ dst, const int64_t ne0,
         const int64_t ne1, const int64_t ne2, const size_t nb1, const size_t nb2, const size_t nb3, const int64_t nblk) {
     const int lane = threadIdx.x;
-    const int64_t wid = (int64_t) blockIdx.x*TURBO_ROT_WARPS + threadIdx.y;
-    if (wid >= nblk) {
+    const int64_t w0 = ((int64_t) blockIdx.x*TURBO_ROT_WARPS + threadIdx.y)*NB;
+    if (w0 >= nblk) {
         return;
     }
-    const int64_t row = wid / (ne0/QK_TURBO);
-    const int b = (int) (wid % (ne0/QK_TURBO));
-    const int64_t i1 = row % ne1, i2 = (row / ne1) % ne2, i3 = row / (ne1*ne2);
-    const float * s = (const float *) (src + i1*nb1 + i2*nb2 + i3*nb3) + b*QK_TURBO;
-    float v[4];
+    float v[NB][4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const int i = lane + 32*k;
-        v[k] = turbo_sign_neg(i) ? -s[i] : s[i];
+    for (int j = 0; j < NB; ++j) {
+        const int64_t wid = w0 + j < nblk ? w0 + j : nblk - 1;   // the tail repeats the last block, unstored
+        const int64_t row = wid / (ne0/QK_TURBO);
+        const int b = (int) (wid % (ne0/QK_TURBO));
+        const int64_t i1 = row % ne1, i2 = (row / ne1) % ne2, i3 = row / (ne1*ne2);
+        const float * s = (const float *) (src + i1*nb1 + i2*nb2 + i3*nb3) + b*QK_TURBO;
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            v[j][k] = s[lane + 32*k];
+        }
     }
-    turbo_warp_fwht(v, lane);
-    float * d = dst + row*ne0 + b*QK_TURBO;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        d[lane + 32*k] = v[k]*TURBO_CUDA_INV_SQRT_QK;
+    for (int j = 0; j < NB; ++j) {
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            v[j][k] = turbo_sign_neg(lane + 32*k) ? -v[j][k] : v[j][k];
+        }
+        turbo_warp_fwht(v[j], lane);
+        if (w0 + j < nblk) {
+            float * d = dst + (w0 + j)*QK_TURBO;   // rows of ne0 follow each other: block wid sits at wid*128
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                d[lane + 32*k] = v[j][k]*TURBO_CUDA_INV_SQRT_QK;
+            }
+        }
     }
 }
 
 // contiguous f32 rows in place: R^-1 = FWHT, 1/sqrt(128), signs
+template <int NB>
 static __global__ void k_turbo_unrotate_rows(float * __restrict__ x, const int64_t nblk) {
     const int lane = threadIdx.x;
-    const int64_t wid = (int64_t) blockIdx.x*TURBO_ROT_WARPS + threadIdx.y;
-    if (wid >= nblk) {
+    const int64_t w0 = ((int64_t) blockIdx.x*TURBO_ROT_WARPS + threadIdx.y)*NB;
+    if (w0 >= nblk) {
         return;
     }
-    float * r = x + wid*QK_TURBO;   // contiguous rows: the 128-blocks follow each other
-    float v[4];
+    float v[NB][4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        v[k] = r[lane + 32*k];
+    for (int j = 0; j < NB; ++j) {
+        const int64_t wid = w0 + j < nblk ? w0 + j : nblk - 1;   // contiguous rows: the 128-blocks follow each other
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            v[j][k] = x[wid*QK_TURBO + lane + 32*k];
+        }
     }
-    turbo_warp_fwht(v, lane);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const int i = lane + 32*k;
-        const float y = v[k]*TURBO_CUDA_INV_SQRT_QK;
-        r[i] = turbo_sign_neg(i) ? -y : y;
+    for (int j = 0; j < NB; ++j) {
+        turbo_warp_fwht(v[j], lane);
+        if (w0 + j < nblk) {
+            float * r = x + (w0 + j)*QK_TURBO;
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                const int i = lane + 32*k;
+                const float y = v[j][k]*TURBO_CUDA_INV_SQRT_QK;
+                r[i] = turbo_sign_neg(i) ? -y : y;
+            }
+        }
     }
 }
 
 // turbo blocks (strided rows) -> contiguous f16 rows in the rotated domain: norm x centroid, no transform.
-// One warp per 128-block, each lane 4 consecutive values: one byte of the low plane, a nibble of the high one,
-// the centroids by shuffle from lanes 0..7, one 8-byte store (the warp writes the block's 256 bytes at once).
+// Per block, each lane 4 consecutive values: one byte of the low plane, a nibble of the high one, the centroids
+// by shuffle from lanes 0..7, one 8-byte store (the warp writes the block's 256 bytes at once); NB blocks per warp.
 // (The first version, a 128-thread block per row and one value per thread, was slower than the generic
 // conversion with its FWHT: results/gpu.md, run 5.)
-template <int bits>
+template <int bits, int NB>
 static __global__ void k_turbo_decode_rotated_f16(const char * __restrict__ src, half * __restrict__ dst, const int nblk,
         const int nbr, const int ne1, const int ne2, const size_t nb1, const size_t nb2, const size_t nb3) {
     constexpr int BS = bits == 3 ? 50 : 34;
-    const int wid  = turbo_warp_index();
+    const int w0   = turbo_warp_index()*NB;
     const int lane = threadIdx.x % WARP_SIZE;
-    if (wid >= nblk) {
+    if (w0 >= nblk) {
         return;
     }
-    const turbo_block_pos b = turbo_block_at(wid, nbr, ne1, ne2);
-    const uint8_t * blk = (const uint8_t *) (src + b.i1*nb1 + b.i2*nb2 + b.i3*nb3) + b.ib*BS;
-    const float norm = __half2float(*(const half *) blk);
     const float book = turbo_centroid(bits, lane & ((1 << bits) - 1));
-    const int lo = blk[2 + lane];                                          // codes 4 lane .. 4 lane + 3, 2 bits each
-    const int hi = bits == 3 ? (blk[2 + 32 + (lane >> 1)] >> (4*(lane & 1))) & 15 : 0;   // their high bits
-    half h[4];
+    turbo_block_pos b = turbo_block_at(w0, nbr, ne1, ne2);
+    half norm[NB];
+    int lo[NB], hi[NB];
 #pragma unroll
-    for (int j = 0; j < 4; ++j) {
-        const int c = ((lo >> (2*j)) & 3) | (((hi >> j) & 1) << 2);
-        h[j] = __float2half(norm*__shfl_sync(0xffffffff, book, c));
+    for (int j = 0; j < NB; ++j) {
+        if (j > 0 && w0 + j < nblk) {   // past the end: the last block again, unstored
+            turbo_block_next(b, nbr, ne1, ne2);
+        }
+        const uint8_t * blk = (const uint8_t *) (src + b.i1*nb1 + b.i2*nb2 + b.i3*nb3) + b.ib*BS;
+        norm[j] = *(const half *) blk;
+        lo[j] = blk[2 + lane];                                                   // codes 4 lane .. 4 lane + 3, 2 bits each
+        hi[j] = bits == 3 ? (blk[2 + 32 + (lane >> 1)] >> (4*(lane & 1))) & 15 : 0;   // their high bits
     }
-    uint2 out;
-    out.x = (uint32_t) __half_as_ushort(h[0]) | ((uint32_t) __half_as_ushort(h[1]) << 16);
-    out.y = (uint32_t) __half_as_ushort(h[2]) | ((uint32_t) __half_as_ushort(h[3]) << 16);
-    *(uint2 *) (dst + (int64_t) wid*QK_TURBO + 4*lane) = out;
+#pragma unroll
+    for (int j = 0; j < NB; ++j) {
+        const float nj = __half2float(norm[j]);
+        half h[4];
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const int c = ((lo[j] >> (2*i)) & 3) | (((hi[j] >> i) & 1) << 2);
+            h[i] = __float2half(nj*__shfl_sync(0xffffffff, book, c));
+        }
+        uint2 out;
+        out.x = (uint32_t) __half_as_ushort(h[0]) | ((uint32_t) __half_as_ushort(h[1]) << 16);
+        out.y = (uint32_t) __half_as_ushort(h[2]) | ((uint32_t) __half_as_ushort(h[3]) << 16);
+        if (w0 + j < nblk) {
+            *(uint2 *) (dst + (int64_t) (w0 + j)*QK_TURBO + 4*lane) = out;
+        }
+    }
 }
 
 // t as a contiguous tensor of `type` at data (no view)
@@ -111,18 +171,28 @@ static ggml_tensor turbo_contiguous_like(const ggml_tensor * t, const ggml_type 
     return r;
 }
 
+// blocks per warp of the three kernels below: TURBO_FA_PREFILL_NB=1 gives runs 9-14's one block per warp
+static int turbo_rot_nb() {
+    static const int nb = ggml_cuda_turbo_env_int("TURBO_FA_PREFILL_NB", TURBO_ROT_NB) == 1 ? 1 : TURBO_ROT_NB;
+    return nb;
+}
+
+template <int bits, int NB>
+static void turbo_decode_rotated_nb(cudaStream_t stream, const ggml_tensor * t, half * out, const int64_t nbr, const int64_t nblk) {
+    k_turbo_decode_rotated_f16<bits, NB><<<turbo_rot_grid(nblk, NB), TURBO_ROT_WARPS*WARP_SIZE, 0, stream>>>(
+        (const char *) t->data, out, (int) nblk, (int) nbr, (int) t->ne[1], (int) t->ne[2], t->nb[1], t->nb[2], t->nb[3]);
+}
+
 static void turbo_decode_rotated(cudaStream_t stream, const ggml_tensor * t, half * out) {
-    constexpr int WARPS = 8;
     const int64_t nbr  = t->ne[0] / QK_TURBO;
     const int64_t nblk = nbr*t->ne[1]*t->ne[2]*t->ne[3];
-    GGML_ASSERT(nblk < INT32_MAX && t->nb[0] == ggml_type_size(t->type));   // the kernel's 32-bit indexes
-    const dim3 grid((unsigned) ((nblk + WARPS - 1) / WARPS));
-    if (t->type == GGML_TYPE_TURBO3) {
-        k_turbo_decode_rotated_f16<3><<<grid, WARPS*WARP_SIZE, 0, stream>>>((const char *) t->data, out, (int) nblk, (int) nbr,
-            (int) t->ne[1], (int) t->ne[2], t->nb[1], t->nb[2], t->nb[3]);
+    GGML_ASSERT(nblk < INT32_MAX - 8*TURBO_ROT_NB && t->nb[0] == ggml_type_size(t->type));   // the kernel's 32-bit indexes
+    const bool t3 = t->type == GGML_TYPE_TURBO3;
+    if (turbo_rot_nb() == 1) {
+        t3 ? turbo_decode_rotated_nb<3, 1>(stream, t, out, nbr, nblk) : turbo_decode_rotated_nb<2, 1>(stream, t, out, nbr, nblk);
     } else {
-        k_turbo_decode_rotated_f16<2><<<grid, WARPS*WARP_SIZE, 0, stream>>>((const char *) t->data, out, (int) nblk, (int) nbr,
-            (int) t->ne[1], (int) t->ne[2], t->nb[1], t->nb[2], t->nb[3]);
+        t3 ? turbo_decode_rotated_nb<3, TURBO_ROT_NB>(stream, t, out, nbr, nblk)
+           : turbo_decode_rotated_nb<2, TURBO_ROT_NB>(stream, t, out, nbr, nblk);
     }
 }
 
@@ -149,8 +219,13 @@ bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor 
     if (K_turbo) {
         q_rot.alloc(ggml_nelements(Q));
         const int64_t nblk = ggml_nelements(Q)/QK_TURBO;
-        k_turbo_rotate_rows<<<(unsigned) ((nblk + TURBO_ROT_WARPS - 1)/TURBO_ROT_WARPS), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
-            (const char *) Q->data, q_rot.ptr, D, Q->ne[1], Q->ne[2], Q->nb[1], Q->nb[2], Q->nb[3], nblk);
+        if (turbo_rot_nb() == 1) {
+            k_turbo_rotate_rows<1><<<turbo_rot_grid(nblk, 1), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
+                (const char *) Q->data, q_rot.ptr, D, Q->ne[1], Q->ne[2], Q->nb[1], Q->nb[2], Q->nb[3], nblk);
+        } else {
+            k_turbo_rotate_rows<TURBO_ROT_NB><<<turbo_rot_grid(nblk, TURBO_ROT_NB), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
+                (const char *) Q->data, q_rot.ptr, D, Q->ne[1], Q->ne[2], Q->nb[1], Q->nb[2], Q->nb[3], nblk);
+        }
         Qr = turbo_contiguous_like(Q, GGML_TYPE_F32, q_rot.ptr);
         k_rot.alloc(ggml_nelements(K));
         turbo_decode_rotated(stream, K, k_rot.ptr);
@@ -171,8 +246,12 @@ bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor 
 
     if (V_turbo) {
         const int64_t nblk = ggml_nelements(dst)/QK_TURBO;
-        k_turbo_unrotate_rows<<<(unsigned) ((nblk + TURBO_ROT_WARPS - 1)/TURBO_ROT_WARPS), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
-            (float *) dst->data, nblk);
+        if (turbo_rot_nb() == 1) {
+            k_turbo_unrotate_rows<1><<<turbo_rot_grid(nblk, 1), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>((float *) dst->data, nblk);
+        } else {
+            k_turbo_unrotate_rows<TURBO_ROT_NB><<<turbo_rot_grid(nblk, TURBO_ROT_NB), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
+                (float *) dst->data, nblk);
+        }
         CUDA_CHECK(cudaGetLastError());
     }
     return true;
