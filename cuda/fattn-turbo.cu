@@ -84,18 +84,24 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     static const bool force_v3 = ggml_cuda_turbo_env_int("TURBO_FA_V3", 0) != 0;
     const bool use_mma = !force_v3 && ggml_cuda_is_turbo_type(K->type) && ggml_cuda_is_turbo_type(V->type) &&
         ampere_mma_available(ggml_cuda_info().devices[id].cc);
-    // kernel variant (see fattn-turbo-mma.cuh): 13 (v14, two tiles per warp step) for turbo3 V at D = 128 from 16K
-    // keys up, else 9 (run 14, decode op turbo3 9 -> 13: 36.7-37.0 -> 34.7-34.9 us @32K, 93.4-93.8 -> 91.9-92.2 @128K;
-    // turbo2 lost at 128K, 80.7 -> 82.9-83.6; below 16K not measured). TURBO_FA_MMA=8|9|11|13 forces one (11 = v18,
-    // not yet measured; 11 and 13 exist for D = 128 only, other head sizes get 9)
+    // kernel variant (see fattn-turbo-mma.cuh), at D = 128 from 16K keys up: 13 (v14, two tiles per warp step) for
+    // turbo3 V, 11 (v18: v14 at 4 blocks per SM, q from shared memory) for turbo2 K and V; else 9. Run 14, decode op
+    // turbo3 9 -> 13: 36.7-37.0 -> 34.7-34.9 us @32K, 93.4-93.8 -> 91.9-92.2 @128K (turbo2 lost at 128K, 80.7 ->
+    // 82.9-83.6); run 15: 11 against 9, turbo2 33.0 / 33.0 @32K, 78.4 / 81.0-81.1 @128K (turbo3: 37.4 / 36.5 @32K, 11
+    // lost). Below 16K not measured. TURBO_FA_MMA=8|9|11|13 forces one (11 and 13 exist for D = 128 only, other head
+    // sizes get 9)
     static const int mma_env = ggml_cuda_turbo_env_int("TURBO_FA_MMA", 0);
     int var = 9;
     if (mma_env == 8 || mma_env == 9) {
         var = mma_env;
     } else if (mma_env == 11 || mma_env == 13) {
         var = D == 128 ? mma_env : 9;
-    } else if (mma_env == 0 && V->type == GGML_TYPE_TURBO3 && n_kv >= 16384) {
-        var = D == 128 ? 13 : 9;
+    } else if (mma_env == 0 && D == 128 && n_kv >= 16384) {
+        if (V->type == GGML_TYPE_TURBO3) {
+            var = 13;
+        } else if (K->type == GGML_TYPE_TURBO2) {
+            var = 11;
+        }
     }
     // TURBO_FA_HEADS_FIRST=1: heads in blockIdx.x (no gain measured, run 5)
     static const bool heads_first = ggml_cuda_turbo_env_int("TURBO_FA_HEADS_FIRST", 0) != 0;
