@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # turbo-llama: the whole GPU run in one go (H200 via the device tool, or any CUDA machine).
-#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [vquick] [ncu] [ktime] [fatime] [mixed] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
+#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [vquick] [ncu] [ktime] [d0graph] [fatime] [mixed] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
 #   default: build test bench. The device tool keeps a machine (and /tmp) 30 s after a call, so a session:
 #     call 1: `bg` (starts the build in the background from a copy of the repo)
 #     calls 2..6: `model` (one part of the Gemma GGUF each: .devcarry/m1/p1 .. m5/p5, split so that a part plus
@@ -11,6 +11,8 @@
 #   cl (TURBO_FA_CLUSTER=1), env:A=1,B=2 (any switches; turbo3 and turbo2 at TL_VAR_DEPTHS, default 0,8192)
 #   vquick: FLASH_ATTN_EXT correctness and the decode perf cases (32K, 128K) of the default and of each TL_PERF_VARIANT
 #   only: with `TL_TARGETS=test-backend-ops ... build vquick` one call of ~5 minutes tries a kernel variant (run 14).
+#   (TL_FA_PERF: the perf cases' filter, e.g. with nb=(1|512) for patch 0014's prefill case too, run 15)
+#   d0graph: depth-0 decode with and without CUDA graphs, f16 against turbo3 and q8_0 (run 15)
 # .devcarry is not in git: on a fresh checkout make it first (a few minutes, on this CPU machine):
 #   .venv/bin/turbo-llama prepare --out /tmp/prep && bash ci/make-devcarry.sh /tmp/prep --pristine
 #   .venv/bin/python -m pip download --no-deps --only-binary :all: click tqdm -d .devcarry/whl
@@ -32,7 +34,7 @@ trap finish EXIT
 # passed in $WORK/safe.env; the rest of the machine's runs use them
 [ -f "$WORK/safe.env" ] && export $(cat "$WORK/safe.env")
 DEADLINE=${TL_DEADLINE:-540}
-FA_PERF='hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=(32768|131072),nb=1,'   # patch 0010's decode cases
+FA_PERF=${TL_FA_PERF:-'hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=(32768|131072),nb=1,'}   # patch 0010's decode cases (0014's prefill: nb=512)
 T0=$(date +%s)
 el() { echo $(( $(date +%s) - T0 )); }
 log() { echo "[$(el)s] $*" | tee -a "$OUT/summary.txt"; }
@@ -224,6 +226,20 @@ if [[ " $PHASES " == *" ktime "* ]]; then
             "$B/llama-bench" -m "$M8" -p 0 -n "$NTOK" -r 1 -fa 1 -ngl 99 -ctk $t -ctv $t --no-warmup > "$f" 2> "$f.err"
         log "ktime ${envset:+$envset }$t (llama8b, d0, $NTOK tokens + the k-offset probe for turbo): rc=$?"
         python3 "$REPO/ci/ktime.py" "$f" "$NTOK" 2>&1 | head -${TL_KTIME_LINES:-16} | tee -a "$OUT/summary.txt"
+    done
+fi
+
+if [[ " $PHASES " == *" d0graph "* ]]; then
+    # issue #6, depth 0: the token-time gap to f16 (bench) is about twice the kernel-time gap (ktime); decode with
+    # and without CUDA graphs tells whether the rest is on the host side (llama-bench -p 0 -n 128, llama8b shape)
+    tl_python; export TURBO_LLAMA_CACHE=$WORK/cache
+    M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))" 2>> "$OUT/d0graph.err")
+    log "nsys: $(command -v nsys || echo none)"
+    for g in on off; do   # upstream tests whether GGML_CUDA_DISABLE_GRAPHS is set, not its value
+        for t in ${TL_D0_TYPES:-f16 turbo3 q8_0}; do
+            env $([ $g = off ] && echo GGML_CUDA_DISABLE_GRAPHS=1) "$B/llama-bench" -m "$M8" -p 0 -n 128 -r 3 -fa 1 -ngl 99 -ctk $t -ctv $t -o md > "$OUT/d0graph-$t-$g.md" 2>&1
+            log "d0 graphs $g, $t: $(grep -E '\| +tg128' "$OUT/d0graph-$t-$g.md" | tr -s ' ' | head -c 200)"
+        done
     done
 fi
 
