@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # turbo-llama: the whole GPU run in one go (H200 via the device tool, or any CUDA machine).
-#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [vquick] [ncu] [ktime] [d0graph] [fatime] [mixed] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
+#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [vquick] [ncu] [ktime] [d0graph] [pdl] [fatime] [mixed] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
 #   default: build test bench. The device tool keeps a machine (and /tmp) 30 s after a call, so a session:
 #     call 1: `bg` (starts the build in the background from a copy of the repo)
 #     calls 2..6: `model` (one part of the Gemma GGUF each: .devcarry/m1/p1 .. m5/p5, split so that a part plus
@@ -13,6 +13,7 @@
 #   only: with `TL_TARGETS=test-backend-ops ... build vquick` one call of ~5 minutes tries a kernel variant (run 14).
 #   (TL_FA_PERF: the perf cases' filter, e.g. with nb=(1|512) for patch 0014's prefill case too, run 15)
 #   d0graph: depth-0 decode with and without CUDA graphs, f16 against turbo3 and q8_0 (run 15)
+#   pdl: TURBO_PDL=1's race check (perplexity logits, KLD 0) and decode speed (prepared after run 15)
 # .devcarry is not in git: on a fresh checkout make it first (a few minutes, on this CPU machine):
 #   .venv/bin/turbo-llama prepare --out /tmp/prep && bash ci/make-devcarry.sh /tmp/prep --pristine
 #   .venv/bin/python -m pip download --no-deps --only-binary :all: click tqdm -d .devcarry/whl
@@ -240,6 +241,31 @@ if [[ " $PHASES " == *" d0graph "* ]]; then
             env $([ $g = off ] && echo GGML_CUDA_DISABLE_GRAPHS=1) "$B/llama-bench" -m "$M8" -p 0 -n 128 -r 3 -fa 1 -ngl 99 -ctk $t -ctv $t -o md > "$OUT/d0graph-$t-$g.md" 2>&1
             log "d0 graphs $g, $t: $(grep -E '\| +tg128' "$OUT/d0graph-$t-$g.md" | tr -s ' ' | head -c 200)"
         done
+    done
+fi
+
+if [[ " $PHASES " == *" pdl "* ]]; then
+    # TURBO_PDL=1 (programmatic dependent launch of the decode path's kernels, cuda/turbo.cuh). (1) A race check:
+    # llama-perplexity on the llama8b random model (byte-level text), TURBO_PDL=0 twice (the noise floor: 0 if the
+    # path is deterministic) and TURBO_PDL=1 against the first run's logits; -ub 1 sends every token through the
+    # decode kernels, -ub 512 through the prefill path and the 4-thread KV write. Every KLD must be exactly 0.
+    # (2) llama-bench decode at TL_PDL_DEPTHS, with upstream's own PDL on (default) and off (GGML_CUDA_PDL=0).
+    tl_python; export TURBO_LLAMA_CACHE=$WORK/cache
+    M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))" 2>> "$OUT/pdl.err")
+    TXT=$WORK/pdl-text.txt; cat "$REPO"/README.md "$REPO"/results/*.md > "$TXT"
+    for ub in 1 512; do
+        base=$WORK/pdl-base-$ub.bin
+        for run in base0 again0 pdl1; do
+            pdl=${run: -1}; kl="--kl-divergence-base $base"; [ $run != base0 ] && kl="$kl --kl-divergence"
+            env TURBO_PDL=$pdl "$B/llama-perplexity" -m "$M8" -f "$TXT" -c 512 --chunks 2 -b 512 -ub $ub -fa on -ctk turbo3 -ctv turbo3 \
+                -ngl 99 $kl > "$OUT/pdl-ppl-ub$ub-$run.log" 2>&1
+            log "pdl race check -ub $ub $run (TURBO_PDL=$pdl): rc=$? | $(grep -E '^Mean +KLD|^Maximum KLD|^Same top p|Final estimate' "$OUT/pdl-ppl-ub$ub-$run.log" | tr -s ' ' | tr '\n' ';')"
+        done
+    done
+    for spec in f16 turbo3 TURBO_PDL=1:turbo3 GGML_CUDA_PDL=0:f16 GGML_CUDA_PDL=0:turbo3; do
+        split_env_spec "$spec"; t=$rest; f="$OUT/pdl-bench-${envset:+${envset//[=:]/-}-}$t.md"
+        env $(echo "${envset:-TL_NONE=1}" | tr "," " ") "$B/llama-bench" -m "$M8" -p 0 -n 128 -d ${TL_PDL_DEPTHS:-0,32768} -r 2 -fa 1 -ngl 99 -ctk $t -ctv $t -o md > "$f" 2>&1
+        log "pdl bench ${envset:+$envset }$t: $(grep -E '\| +tg128' "$f" | tr -s ' ' | sed -E 's/.*(tg128[^|]*)\| +([0-9.]+ ± [0-9.]+) \|/\1 \2/' | tr '\n' ';')"
     done
 fi
 

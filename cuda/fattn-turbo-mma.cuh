@@ -298,6 +298,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         ksrc.copy(st, Kb, p.nb11, t1, p.n_kv, lane);
         vsrc.copy(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1, p.n_kv, lane);
     };
+    // TURBO_PDL: everything above reads no memory that the kernels before write; the K/V write of this step is one
+    ggml_cuda_pdl_sync();
     // the first stages' K/V copies go out before the Q prologue, so that their latency overlaps it (short
     // contexts are latency: a warp there has one or two steps)
     int tt = t_begin + warp;
@@ -613,6 +615,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             }
         }
     }
+    ggml_cuda_pdl_lc();   // TURBO_PDL: the merge kernel may launch (it waits for this kernel's partials)
     turbo_cp_async_wait<0>();
     __syncthreads();   // the ring becomes the output buffer
 
@@ -686,7 +689,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 static void turbo_mma_launch_one(void (*kernel)(const turbo_fa_params), cudaStream_t stream, const turbo_fa_params & p,
         const dim3 grid) {
     if (!p.cluster) {
-        kernel<<<grid, TURBO_MMA_WARPS*WARP_SIZE, 0, stream>>>(p);
+        ggml_cuda_turbo_launch(kernel, grid, dim3(TURBO_MMA_WARPS*WARP_SIZE), stream, p);
         return;
     }
     cudaLaunchConfig_t cfg = {};

@@ -49,9 +49,11 @@ static void turbo_fattn_combine_launch(cudaStream_t stream, const float * part_a
     // TURBO_FA_COMBINE=0: the block-wide merge (shared-memory FWHT) instead of the warp one, for comparisons
     static const bool warp_merge = ggml_cuda_turbo_env_int("TURBO_FA_COMBINE", 1) != 0;
     if (warp_merge) {
-        k_turbo_fattn_combine_warp<D, V_turbo, NCOLS><<<grid, D/4, 0, stream>>>(part_acc, part_meta, sinks, dst, n_split, nrg, gqa, n_q, n_head);
+        ggml_cuda_turbo_launch(k_turbo_fattn_combine_warp<D, V_turbo, NCOLS>, grid, dim3(D/4), stream, part_acc, part_meta, sinks, dst,
+            n_split, nrg, gqa, n_q, n_head);
     } else {
-        k_turbo_fattn_combine<D, V_turbo, NCOLS><<<grid, D, 0, stream>>>(part_acc, part_meta, sinks, dst, n_split, nrg, gqa, n_q, n_head);
+        ggml_cuda_turbo_launch(k_turbo_fattn_combine<D, V_turbo, NCOLS>, grid, dim3(D), stream, part_acc, part_meta, sinks, dst,
+            n_split, nrg, gqa, n_q, n_head);
     }
 }
 

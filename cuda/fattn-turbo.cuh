@@ -484,7 +484,7 @@ static __device__ __forceinline__ turbo_combine_row turbo_combine_row_of(const i
 // acc(s) a pointer to its first element (the others at stride): global partials, or a cluster block's shared memory
 template <int NV, typename meta_t, typename acc_t>
 static __device__ __forceinline__ void turbo_fattn_merge_splits(const meta_t & meta, const acc_t & acc, const int n_split,
-        const int stride, const float * __restrict__ sinks, const int h, float v[NV]) {
+        const int stride, const float * sinks, const int h, float v[NV]) {
     float M = -INFINITY;
     for (int s = 0; s < n_split; ++s) {
         M = fmaxf(M, meta(s).x);
@@ -543,9 +543,11 @@ static __device__ __forceinline__ void turbo_fattn_store_block(float * out, floa
 // merges the splits of one output row, applies the sink and the inverse rotation (turbo V), writes dst
 template <int D, bool V_turbo, int NCOLS>
 __launch_bounds__(D)
-static __global__ void k_turbo_fattn_combine(const float * __restrict__ part_acc, const float2 * __restrict__ part_meta,
-        const float * __restrict__ sinks, float * __restrict__ dst, const int n_split, const int nrg, const int gqa,
+static __global__ void k_turbo_fattn_combine(const float * part_acc, const float2 * part_meta,
+        const float * sinks, float * dst, const int n_split, const int nrg, const int gqa,
         const int n_q, const int n_head) {
+    ggml_cuda_pdl_sync();   // TURBO_PDL: the partials of the attention kernel before (plain pointers: no __restrict__ with PDL)
+    ggml_cuda_pdl_lc();
     __shared__ float out[D];
     const int tid = threadIdx.x;
     const turbo_combine_row row = turbo_combine_row_of<NCOLS>(n_split, nrg, gqa, n_q);
@@ -583,9 +585,11 @@ static __global__ void k_turbo_fattn_combine(const float * __restrict__ part_acc
 // two block barriers each; at depth 0 the merge is a launch per layer on the decode step's critical path
 template <int D, bool V_turbo, int NCOLS>
 __launch_bounds__(D/4)
-static __global__ void k_turbo_fattn_combine_warp(const float * __restrict__ part_acc, const float2 * __restrict__ part_meta,
-        const float * __restrict__ sinks, float * __restrict__ dst, const int n_split, const int nrg, const int gqa,
+static __global__ void k_turbo_fattn_combine_warp(const float * part_acc, const float2 * part_meta,
+        const float * sinks, float * dst, const int n_split, const int nrg, const int gqa,
         const int n_q, const int n_head) {
+    ggml_cuda_pdl_sync();   // TURBO_PDL: the partials of the attention kernel before (plain pointers: no __restrict__ with PDL)
+    ggml_cuda_pdl_lc();
     const int lane = threadIdx.x % WARP_SIZE;
     const int blk  = threadIdx.x / WARP_SIZE;   // 128-block of the row
     const turbo_combine_row row = turbo_combine_row_of<NCOLS>(n_split, nrg, gqa, n_q);

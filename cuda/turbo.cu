@@ -349,6 +349,7 @@ static __global__ void k_turbo_set_rows_t4(const turbo_set_rows_job a, const tur
     if (!__any_sync(0xffffffff, in_a || in_b)) {
         return;   // the whole warp is past the end
     }
+    ggml_cuda_pdl_sync();   // TURBO_PDL: the rows come from the kernels before (a large write: no early trigger)
     float x[8][4];
     uint8_t * dst_block = nullptr;
     if (in_a) {
@@ -378,6 +379,8 @@ template <typename src_t, typename idx_t, int bits_a, int bits_b>
 static __global__ void k_turbo_set_rows(const turbo_set_rows_job a, const turbo_set_rows_job b) {
     const int wid = turbo_warp_index();
     const int lane = threadIdx.x % WARP_SIZE;
+    ggml_cuda_pdl_sync();   // TURBO_PDL: the rows come from the kernels before
+    ggml_cuda_pdl_lc();     // a decode step's few blocks: the attention may launch now (it waits for this write)
     if (wid < a.nblk) {
         turbo_set_rows_block<src_t, idx_t, bits_a>(a, wid, lane);
     } else if (wid < a.nblk + b.nblk) {
@@ -457,9 +460,9 @@ static void turbo_set_rows_launch_b(cudaStream_t stream, const turbo_set_rows_jo
         if (t4 && turbo_t4_aligned(a) && turbo_t4_aligned(b)) {
             const dim3 grid((unsigned) ((n + 63) / 64)), block(256);   // 64 blocks (8 warps) per CUDA block
             if (bits_b == 3) {
-                k_turbo_set_rows_t4<idx_t, bits_a, 3><<<grid, block, 0, stream>>>(a, b);
+                ggml_cuda_turbo_launch(k_turbo_set_rows_t4<idx_t, bits_a, 3>, grid, block, stream, a, b);
             } else {
-                k_turbo_set_rows_t4<idx_t, bits_a, 2><<<grid, block, 0, stream>>>(a, b);
+                ggml_cuda_turbo_launch(k_turbo_set_rows_t4<idx_t, bits_a, 2>, grid, block, stream, a, b);
             }
             CUDA_CHECK(cudaGetLastError());
             return;
@@ -468,9 +471,9 @@ static void turbo_set_rows_launch_b(cudaStream_t stream, const turbo_set_rows_jo
     const dim3 grid = turbo_grid((int64_t) a.nblk + b.nblk);
     const dim3 block(TURBO_WARPS_PER_BLOCK*WARP_SIZE);
     if (bits_b == 3) {
-        k_turbo_set_rows<src_t, idx_t, bits_a, 3><<<grid, block, 0, stream>>>(a, b);
+        ggml_cuda_turbo_launch(k_turbo_set_rows<src_t, idx_t, bits_a, 3>, grid, block, stream, a, b);
     } else {
-        k_turbo_set_rows<src_t, idx_t, bits_a, 2><<<grid, block, 0, stream>>>(a, b);
+        ggml_cuda_turbo_launch(k_turbo_set_rows<src_t, idx_t, bits_a, 2>, grid, block, stream, a, b);
     }
     CUDA_CHECK(cudaGetLastError());
 }

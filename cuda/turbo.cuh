@@ -6,11 +6,30 @@
 #include "convert.cuh"
 
 #include <cstdlib>
+#include <utility>
 
 // a kernel switch from the environment (read once by the caller's static): its integer value, or def when unset
 static inline int ggml_cuda_turbo_env_int(const char * name, const int def) {
     const char * v = getenv(name);
     return v ? atoi(v) : def;
+}
+
+// Programmatic dependent launch (Hopper and newer): upstream b11312 launches most of its kernels so
+// (ggml_cuda_kernel_launch), letting a kernel start while the one before it drains; a kernel launched plainly
+// breaks that chain on both sides. TURBO_PDL=1 launches the decode path's kernels (K/V write, attention, merge) the
+// same way; each waits (ggml_cuda_pdl_sync) before it reads what earlier kernels wrote. Opt-in until measured.
+static inline bool ggml_cuda_turbo_pdl() {
+    static const bool on = ggml_cuda_turbo_env_int("TURBO_PDL", 0) != 0;
+    return on;
+}
+
+template <typename Kernel, typename... Args>
+static void ggml_cuda_turbo_launch(Kernel kernel, const dim3 grid, const dim3 block, cudaStream_t stream, Args &&... args) {
+    if (ggml_cuda_turbo_pdl()) {
+        ggml_cuda_kernel_launch(kernel, ggml_cuda_kernel_launch_params(grid, block, (size_t) 0, stream), std::forward<Args>(args)...);
+        return;
+    }
+    kernel<<<grid, block, 0, stream>>>(std::forward<Args>(args)...);
 }
 
 static inline bool ggml_cuda_is_turbo_type(ggml_type t) {
