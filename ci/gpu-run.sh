@@ -183,10 +183,10 @@ if [[ " $PHASES " == *" test "* ]]; then
 fi
 
 if [[ " $PHASES " == *" vquick "* ]]; then
-    for pv in TL_DEFAULT=1 ${TL_PERF_VARIANT:-}; do   # TL_DEFAULT=1: the default kernels
-        env $pv "$B/test-backend-ops" -b CUDA0 -o FLASH_ATTN_EXT -p "type_K=turbo[23],type_V=turbo[23]" > "$WORK/tbo_one.log" 2>&1
+    for pv in TL_DEFAULT=1 ${TL_PERF_VARIANT:-}; do   # TL_DEFAULT=1: the default kernels; A=1,B=2: two switches
+        env $(echo "$pv" | tr , ' ') "$B/test-backend-ops" -b CUDA0 -o FLASH_ATTN_EXT -p "type_K=turbo[23],type_V=turbo[23]" > "$WORK/tbo_one.log" 2>&1
         log "$pv FLASH_ATTN_EXT turbo/turbo: rc=$? | $(grep -E 'tests passed' "$WORK/tbo_one.log" | tail -1)"
-        env $pv "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$FA_PERF.*type_K=turbo" 2>&1 \
+        env $(echo "$pv" | tr , ' ') "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$FA_PERF.*type_K=turbo" 2>&1 \
             | sed 's/\x1b\[[0-9;]*m//g' | grep -oE "kv=[0-9]+.*type_V=turbo[23].*us/run" \
             | sed -E 's/,nb=1,mask=1,sinks=0//; s/\): +[0-9]+ runs - +/ /' | sed "s/^/  $pv /" | tee -a "$OUT/summary.txt"
     done

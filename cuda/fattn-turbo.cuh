@@ -604,6 +604,121 @@ static __global__ void k_turbo_fattn_combine_warp(const float * part_acc, const 
     turbo_fattn_store_block<V_turbo>(dst + (((int64_t) blockIdx.z*n_q + row.j)*n_head + row.h)*D + blk*QK_TURBO, v, lane);
 }
 
+// The split merge for many splits (TURBO_FA_COMBINE=2; prepared after run 15, not yet run on a GPU). At 32K and
+// 128K keys a row has ~50 splits, and the one-warp merge above walks them in rounds of 4 whose value loads wait for
+// the metas (the -inf test): two dependent trips to L2 per round. The op's time beyond the attention kernel's
+// (ncu) was 9.4 us at 32K (run 11, 64 splits), 12.2 us (run 11) and 6.5 us (run 14, 49 splits) at 128K, against
+// 2.9 us for the merge at depth 0 (4 splits). Here TURBO_COMBINE_WARPS warps take the splits in turn; a warp loads
+// the metas and values of up to TURBO_COMBINE_UNROLL of its splits at once (no load waits for another), merges
+// them against its own running maximum, and the block merges the warps' results through shared memory; then one
+// warp per 128-block applies the inverse rotation and stores, as turbo_fattn_store_block does. The summation order
+// differs from the merges above (the tests compare within tolerance, not bits).
+#define TURBO_COMBINE_WARPS  8
+#define TURBO_COMBINE_UNROLL 8
+template <int D, bool V_turbo, int NCOLS>
+__launch_bounds__(TURBO_COMBINE_WARPS*WARP_SIZE)
+static __global__ void k_turbo_fattn_combine_par(const float * part_acc, const float2 * part_meta,
+        const float * sinks, float * dst, const int n_split, const int nrg, const int gqa,
+        const int n_q, const int n_head) {
+    constexpr int NW = TURBO_COMBINE_WARPS, U = TURBO_COMBINE_UNROLL, NV = D/WARP_SIZE;
+    __shared__ float wm[NW], ws[NW];
+    __shared__ float wa[NW][D];
+    ggml_cuda_pdl_sync();   // TURBO_PDL: the partials of the attention kernel before (plain pointers: no __restrict__ with PDL)
+    ggml_cuda_pdl_lc();
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int warp = threadIdx.x / WARP_SIZE;
+    const turbo_combine_row row = turbo_combine_row_of<NCOLS>(n_split, nrg, gqa, n_q);
+    if (!row.ok) {
+        return;   // the whole block
+    }
+    const int r = blockIdx.x;
+    float M = -INFINITY, S = 0.0f, a[NV];
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        a[k] = 0.0f;
+    }
+    for (int s0 = warp; s0 < n_split; s0 += NW*U) {
+        float2 ms[U];
+        float  x[U][NV];
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            const int  s  = s0 + u*NW;
+            const bool ok = s < n_split;
+            const int64_t slot = (row.slot0 + (ok ? s : 0))*NCOLS + r;
+            ms[u] = ok ? part_meta[slot] : make_float2(-INFINITY, 0.0f);
+#pragma unroll
+            for (int k = 0; k < NV; ++k) {
+                x[u][k] = ok ? part_acc[slot*D + lane + WARP_SIZE*k] : 0.0f;
+            }
+        }
+        float mx = M;
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            mx = fmaxf(mx, ms[u].x);
+        }
+        if (mx == -INFINITY) {
+            continue;   // no key in these splits (warp-uniform)
+        }
+        const float c = expf(M - mx);   // 0 while M is -inf (S and a are 0 then)
+        S *= c;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            a[k] *= c;
+        }
+#pragma unroll
+        for (int u = 0; u < U; ++u) {
+            if (ms[u].x != -INFINITY) {   // an empty split's values are never read into the sums
+                const float f = expf(ms[u].x - mx);
+                S += ms[u].y*f;
+#pragma unroll
+                for (int k = 0; k < NV; ++k) {
+                    a[k] += x[u][k]*f;
+                }
+            }
+        }
+        M = mx;
+    }
+    if (lane == 0) {
+        wm[warp] = M;
+        ws[warp] = S;
+    }
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        wa[warp][lane + WARP_SIZE*k] = a[k];
+    }
+    __syncthreads();
+    if (warp >= D/QK_TURBO) {
+        return;
+    }
+    // warp b: the 128-block b of the row, value lane + 32k
+    const float sink = sinks ? sinks[row.h] : -INFINITY;
+    float Mt = sink;
+#pragma unroll
+    for (int w = 0; w < NW; ++w) {
+        Mt = fmaxf(Mt, wm[w]);
+    }
+    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+    if (Mt != -INFINITY) {
+        float St = sinks ? expf(sink - Mt) : 0.0f;
+#pragma unroll
+        for (int w = 0; w < NW; ++w) {
+            if (wm[w] != -INFINITY) {
+                const float f = expf(wm[w] - Mt);
+                St += ws[w]*f;
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    v[k] += wa[w][warp*QK_TURBO + lane + WARP_SIZE*k]*f;
+                }
+            }
+        }
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            v[k] = St > 0.0f ? v[k]/St : 0.0f;
+        }
+    }
+    turbo_fattn_store_block<V_turbo>(dst + (((int64_t) blockIdx.z*n_q + row.j)*n_head + row.h)*D + warp*QK_TURBO, v, lane);
+}
+
 // launches k_turbo_fattn for one K type (instantiated in fattn-turbo-k*.cu, one file per K type for build parallelism)
 template <ggml_type type_K>
 void ggml_cuda_turbo_fattn_launch(cudaStream_t stream, const int D, const ggml_type type_V, const int ncols,
