@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # turbo-llama: the whole GPU run in one go (H200 via the device tool, or any CUDA machine).
-#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [vquick] [ncu] [ktime] [d0graph] [pdl] [fatime] [mixed] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
+#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [vquick] [ncu] [ktime] [d0graph] [combine] [pdl] [fatime] [mixed] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
 #   default: build test bench. The device tool keeps a machine (and /tmp) 30 s after a call, so a session:
 #     call 1: `bg` (starts the build in the background from a copy of the repo)
 #     calls 2..6: `model` (one part of the Gemma GGUF each: .devcarry/m1/p1 .. m5/p5, split so that a part plus
@@ -13,6 +13,7 @@
 #   only: with `TL_TARGETS=test-backend-ops ... build vquick` one call of ~5 minutes tries a kernel variant (run 14).
 #   (TL_FA_PERF: the perf cases' filter, e.g. with nb=(1|512) for patch 0014's prefill case too, run 15)
 #   d0graph: depth-0 decode with and without CUDA graphs, f16 against turbo3 and q8_0 (run 15)
+#   combine: the split merges alone, correctness and us per launch (cuda/host-check/combine_bench.cu; no build)
 #   pdl: TURBO_PDL=1's race check (perplexity logits, KLD 0) and decode speed (prepared after run 15)
 # .devcarry is not in git: on a fresh checkout make it first (a few minutes, on this CPU machine):
 #   .venv/bin/turbo-llama prepare --out /tmp/prep && bash ci/make-devcarry.sh /tmp/prep --pristine
@@ -242,6 +243,13 @@ if [[ " $PHASES " == *" d0graph "* ]]; then
             log "d0 graphs $g, $t: $(grep -E '\| +tg128' "$OUT/d0graph-$t-$g.md" | tr -s ' ' | head -c 200)"
         done
     done
+fi
+
+if [[ " $PHASES " == *" combine "* ]]; then
+    # the decode split merges alone (cuda/host-check/combine_bench.cu): errors against a double merge, and us per
+    # launch of the default merge and of TURBO_FA_COMBINE=2's at 1..128 splits (no llama.cpp build needed: ~20 s)
+    bash "$REPO/cuda/host-check/combine_bench.sh" "$TREE" 90 > "$OUT/combine.log" 2>&1
+    log "combine_bench: rc=$?"; tail -16 "$OUT/combine.log" | tee -a "$OUT/summary.txt"
 fi
 
 if [[ " $PHASES " == *" pdl "* ]]; then
