@@ -617,6 +617,36 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     }
     ggml_cuda_pdl_lc();   // TURBO_PDL: the merge kernel may launch (it waits for this kernel's partials)
     turbo_cp_async_wait<0>();
+    if (!CLUSTER && p.warp_partials) {
+        // TURBO_FA_WARP_PARTIALS=1 (prepared after run 15, not yet run on a GPU): no block barrier and no merge of
+        // the warps through shared memory on the way out (at depth 0 the epilogue is part of every decode step's
+        // chain); each warp stores its rows as a split of its own, the combine kernel merges 4x as many splits
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            L[i] += __shfl_xor_sync(0xffffffff, L[i], 4);
+            L[i] += __shfl_xor_sync(0xffffffff, L[i], 8);
+            L[i] += __shfl_xor_sync(0xffffffff, L[i], 16);
+        }
+        const int64_t wslot = ((((int64_t) (iq3*n_hy + hy))*p.n_split + split)*NW + warp)*NR;
+        const int nr_real = min(NR, R - rg*NR);
+#pragma unroll
+        for (int i = 0; i < 2; ++i) {
+            const int r = 2*t + i;   // lanes of equal t hold row r's values at dims 16g + 2jj, +1
+            if (r >= nr_real) {
+                continue;
+            }
+            if (g == 0) {
+                p.part_meta[wslot + r] = make_float2(M[i] == -INFINITY ? -INFINITY : M[i]*LN2, L[i]);
+            }
+            float * orow = p.part_acc + (wslot + r)*D;
+#pragma unroll
+            for (int j = 0; j < NB*8; ++j) {
+                const int d = (j >> 3)*QK_TURBO + 16*g + 2*(j & 7);
+                *(float2 *) (orow + d) = i == 0 ? make_float2(o[j][0], o[j][2]) : make_float2(o[j][1], o[j][3]);
+            }
+        }
+        return;
+    }
     __syncthreads();   // the ring becomes the output buffer
 
     // ---- merge the warps of the block, write this split's partial result (max in base e)

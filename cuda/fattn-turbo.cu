@@ -142,7 +142,15 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
 
     ggml_cuda_pool & pool = ctx.pool();
     cudaStream_t stream = ctx.stream();
-    const size_t n_slots = (size_t) ne3*n_head_kv*nrg*n_split*ncols;
+    // TURBO_FA_WARP_PARTIALS=1: a partial per warp of the tensor-core kernel, merged by the combine kernel (opt-in,
+    // not yet measured; meant for short contexts, where the kernel's epilogue is on every step's chain)
+    static const bool warp_partials_env = ggml_cuda_turbo_env_int("TURBO_FA_WARP_PARTIALS", 0) != 0;
+    static const bool cluster_env = ggml_cuda_turbo_env_int("TURBO_FA_CLUSTER", 0) != 0;
+    const bool cluster_wanted = use_mma && cluster_env && !(use_mma && heads_first && D == 128) && n_split <= 8 &&
+        ggml_cuda_info().devices[id].cc >= GGML_CUDA_CC_HOPPER;
+    const bool warp_partials = use_mma && warp_partials_env && !cluster_wanted;
+    const int  n_part = warp_partials ? n_split*TURBO_MMA_WARPS : n_split;   // partials per row group
+    const size_t n_slots = (size_t) ne3*n_head_kv*nrg*n_part*ncols;
     ggml_cuda_pool_alloc<float>  part_acc(pool, n_slots*D);
     ggml_cuda_pool_alloc<float2> part_meta(pool, n_slots);
 
@@ -167,9 +175,8 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     // TURBO_FA_CLUSTER=1: up to 8 splits merge inside the kernel, as one thread-block cluster per row group (Hopper
     // and newer), instead of through global partials and the combine kernel (run 12: 32 fewer launches per token,
     // the same tokens/s)
-    static const bool cluster_env = ggml_cuda_turbo_env_int("TURBO_FA_CLUSTER", 0) != 0;
-    p.cluster = use_mma && cluster_env && !p.heads_first && n_split <= 8 &&
-        ggml_cuda_info().devices[id].cc >= GGML_CUDA_CC_HOPPER ? 1 : 0;
+    p.cluster = cluster_wanted ? 1 : 0;
+    p.warp_partials = warp_partials ? 1 : 0;
     const int var_launch = p.cluster ? 12 : var;   // the cluster merge is variant 12 (v11 + the merge)
     p.sinks = sinks ? (const float *) sinks->data : nullptr;
     p.dst   = (float *) dst->data;
@@ -197,7 +204,7 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     float * dst_d = (float *) dst->data;
 #define TURBO_COMBINE(DD, VT, NC) \
     if (D == DD && V_turbo == VT && ncols == NC) { \
-        turbo_fattn_combine_launch<DD, VT, NC>(stream, part_acc.ptr, part_meta.ptr, sinks_d, dst_d, n_split, nrg, gqa, n_q, n_head, n_head_kv, ne3); \
+        turbo_fattn_combine_launch<DD, VT, NC>(stream, part_acc.ptr, part_meta.ptr, sinks_d, dst_d, n_part, nrg, gqa, n_q, n_head, n_head_kv, ne3); \
     }
     TURBO_COMBINE(128, true, 4) TURBO_COMBINE(128, true, 8) TURBO_COMBINE(128, false, 4) TURBO_COMBINE(128, false, 8)
     TURBO_COMBINE(256, true, 4) TURBO_COMBINE(256, true, 8) TURBO_COMBINE(256, false, 4) TURBO_COMBINE(256, false, 8)

@@ -33,6 +33,9 @@ struct turbo_fa_params {
     // tensor-core kernel only (TURBO_FA_CLUSTER=1): the n_split blocks of a row group are one thread-block cluster that
     // merges its splits through distributed shared memory and writes dst itself (no combine kernel)
     int cluster; const float * sinks; float * dst;
+    // tensor-core kernel only (TURBO_FA_WARP_PARTIALS=1): every warp writes its own partial result (slot split x
+    // TURBO_MMA_WARPS + warp) instead of the block merging its warps first; the combine kernel merges them all
+    int warp_partials;
 };
 
 static __device__ __forceinline__ float turbo_alibi_slope(const float max_bias, const uint32_t h, const uint32_t n_head_log2, const float m0, const float m1) {
