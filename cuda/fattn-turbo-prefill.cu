@@ -15,6 +15,8 @@
 #include "turbo.cuh"
 #include "fattn.cuh"
 
+#include <type_traits>
+
 // blocks of 8 warps (threadIdx.y); each warp takes TURBO_ROT_NB consecutive 128-blocks of the rows and issues
 // all their loads before it computes: with one block per warp (runs 9-14) every warp was one load's latency
 // and the kernels ran in ~30 short waves (the decode of a 32K turbo3 cache, 80 MB moved, took 53.6 us: 1.5 TB/s)
@@ -171,29 +173,28 @@ static ggml_tensor turbo_contiguous_like(const ggml_tensor * t, const ggml_type 
     return r;
 }
 
-// blocks per warp of the three kernels below: TURBO_FA_PREFILL_NB=1 gives runs 9-14's one block per warp
-static int turbo_rot_nb() {
-    static const int nb = ggml_cuda_turbo_env_int("TURBO_FA_PREFILL_NB", TURBO_ROT_NB) == 1 ? 1 : TURBO_ROT_NB;
-    return nb;
-}
-
-template <int bits, int NB>
-static void turbo_decode_rotated_nb(cudaStream_t stream, const ggml_tensor * t, half * out, const int64_t nbr, const int64_t nblk) {
-    k_turbo_decode_rotated_f16<bits, NB><<<turbo_rot_grid(nblk, NB), TURBO_ROT_WARPS*WARP_SIZE, 0, stream>>>(
-        (const char *) t->data, out, (int) nblk, (int) nbr, (int) t->ne[1], (int) t->ne[2], t->nb[1], t->nb[2], t->nb[3]);
+// blocks per warp of the three kernels above: f(std::integral_constant<int, NB>) with NB = TURBO_ROT_NB, or 1 with
+// TURBO_FA_PREFILL_NB=1 (runs 9-14's one block per warp)
+template <typename F>
+static void turbo_with_rot_nb(F && f) {
+    static const bool one = ggml_cuda_turbo_env_int("TURBO_FA_PREFILL_NB", TURBO_ROT_NB) == 1;
+    if (one) {
+        f(std::integral_constant<int, 1>{});
+    } else {
+        f(std::integral_constant<int, TURBO_ROT_NB>{});
+    }
 }
 
 static void turbo_decode_rotated(cudaStream_t stream, const ggml_tensor * t, half * out) {
     const int64_t nbr  = t->ne[0] / QK_TURBO;
     const int64_t nblk = nbr*t->ne[1]*t->ne[2]*t->ne[3];
     GGML_ASSERT(nblk < INT32_MAX - 8*TURBO_ROT_NB && t->nb[0] == ggml_type_size(t->type));   // the kernel's 32-bit indexes
-    const bool t3 = t->type == GGML_TYPE_TURBO3;
-    if (turbo_rot_nb() == 1) {
-        t3 ? turbo_decode_rotated_nb<3, 1>(stream, t, out, nbr, nblk) : turbo_decode_rotated_nb<2, 1>(stream, t, out, nbr, nblk);
-    } else {
-        t3 ? turbo_decode_rotated_nb<3, TURBO_ROT_NB>(stream, t, out, nbr, nblk)
-           : turbo_decode_rotated_nb<2, TURBO_ROT_NB>(stream, t, out, nbr, nblk);
-    }
+    turbo_with_rot_nb([&](auto nb) {
+        constexpr int NB = decltype(nb)::value;
+        auto kernel = t->type == GGML_TYPE_TURBO3 ? k_turbo_decode_rotated_f16<3, NB> : k_turbo_decode_rotated_f16<2, NB>;
+        kernel<<<turbo_rot_grid(nblk, NB), TURBO_ROT_WARPS*WARP_SIZE, 0, stream>>>((const char *) t->data, out, (int) nblk,
+            (int) nbr, (int) t->ne[1], (int) t->ne[2], t->nb[1], t->nb[2], t->nb[3]);
+    });
 }
 
 bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
@@ -219,13 +220,11 @@ bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor 
     if (K_turbo) {
         q_rot.alloc(ggml_nelements(Q));
         const int64_t nblk = ggml_nelements(Q)/QK_TURBO;
-        if (turbo_rot_nb() == 1) {
-            k_turbo_rotate_rows<1><<<turbo_rot_grid(nblk, 1), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
+        turbo_with_rot_nb([&](auto nb) {
+            constexpr int NB = decltype(nb)::value;
+            k_turbo_rotate_rows<NB><<<turbo_rot_grid(nblk, NB), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
                 (const char *) Q->data, q_rot.ptr, D, Q->ne[1], Q->ne[2], Q->nb[1], Q->nb[2], Q->nb[3], nblk);
-        } else {
-            k_turbo_rotate_rows<TURBO_ROT_NB><<<turbo_rot_grid(nblk, TURBO_ROT_NB), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
-                (const char *) Q->data, q_rot.ptr, D, Q->ne[1], Q->ne[2], Q->nb[1], Q->nb[2], Q->nb[3], nblk);
-        }
+        });
         Qr = turbo_contiguous_like(Q, GGML_TYPE_F32, q_rot.ptr);
         k_rot.alloc(ggml_nelements(K));
         turbo_decode_rotated(stream, K, k_rot.ptr);
@@ -246,12 +245,10 @@ bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor 
 
     if (V_turbo) {
         const int64_t nblk = ggml_nelements(dst)/QK_TURBO;
-        if (turbo_rot_nb() == 1) {
-            k_turbo_unrotate_rows<1><<<turbo_rot_grid(nblk, 1), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>((float *) dst->data, nblk);
-        } else {
-            k_turbo_unrotate_rows<TURBO_ROT_NB><<<turbo_rot_grid(nblk, TURBO_ROT_NB), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
-                (float *) dst->data, nblk);
-        }
+        turbo_with_rot_nb([&](auto nb) {
+            constexpr int NB = decltype(nb)::value;
+            k_turbo_unrotate_rows<NB><<<turbo_rot_grid(nblk, NB), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>((float *) dst->data, nblk);
+        });
         CUDA_CHECK(cudaGetLastError());
     }
     return true;
