@@ -693,32 +693,11 @@ static __global__ void k_turbo_fattn_combine_par(const float * part_acc, const f
     if (warp >= D/QK_TURBO) {
         return;
     }
-    // warp b: the 128-block b of the row, value lane + 32k
-    const float sink = sinks ? sinks[row.h] : -INFINITY;
-    float Mt = sink;
-#pragma unroll
-    for (int w = 0; w < NW; ++w) {
-        Mt = fmaxf(Mt, wm[w]);
-    }
-    float v[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-    if (Mt != -INFINITY) {
-        float St = sinks ? expf(sink - Mt) : 0.0f;
-#pragma unroll
-        for (int w = 0; w < NW; ++w) {
-            if (wm[w] != -INFINITY) {
-                const float f = expf(wm[w] - Mt);
-                St += ws[w]*f;
-#pragma unroll
-                for (int k = 0; k < 4; ++k) {
-                    v[k] += wa[w][warp*QK_TURBO + lane + WARP_SIZE*k]*f;
-                }
-            }
-        }
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            v[k] = St > 0.0f ? v[k]/St : 0.0f;
-        }
-    }
+    // warp b: the 128-block b of the row (value lane + 32k), merged over the warps as the one-warp merge merges splits
+    auto meta = [&](const int w) { return make_float2(wm[w], ws[w]); };
+    auto acc  = [&](const int w) { return &wa[w][warp*QK_TURBO + lane]; };
+    float v[4];
+    turbo_fattn_merge_splits<4>(meta, acc, NW, WARP_SIZE, sinks, row.h, v);
     turbo_fattn_store_block<V_turbo>(dst + (((int64_t) blockIdx.z*n_q + row.j)*n_head + row.h)*D + warp*QK_TURBO, v, lane);
 }
 
