@@ -2,7 +2,7 @@
 // k_turbo_fattn_combine_par (TURBO_FA_COMBINE=2) on the same random partials, at the split counts of the llama8b
 // decode (4 splits at depth 0, 49 at 32K-128K with v14) and of the 32K test case (128): the largest difference
 // from a double-precision merge on the host (no rotation: V_turbo = false), the largest difference between the
-// two kernels with the rotation, and the time per launch (CUDA events over back-to-back launches).
+// two kernels with the rotation, and the time per launch (CUDA events over a CUDA graph of 200 launches).
 // Build and run: cuda/host-check/combine_bench.sh <prepared llama.cpp tree> (needs nvcc and a GPU).
 #include "fattn-turbo.cuh"
 
@@ -73,40 +73,56 @@ static void host_merge(const partials & p, const int n_split, const float * sink
 }
 
 template <bool V_turbo>
+static void launch_one(const int which, const float * acc, const float2 * meta, const float * sinks, float * dst, const int n_split,
+        cudaStream_t stream) {
+    const dim3 grid(NCOLS, HKV, 1);
+    if (which == 1) {
+        k_turbo_fattn_combine_warp<D, V_turbo, NCOLS><<<grid, D/4, 0, stream>>>(acc, meta, sinks, dst, n_split, 1, GQA, NQ, NHEAD);
+    } else {
+        k_turbo_fattn_combine_par<D, V_turbo, NCOLS><<<grid, TURBO_COMBINE_WARPS*WARP_SIZE, 0, stream>>>(acc, meta, sinks, dst,
+            n_split, 1, GQA, NQ, NHEAD);
+    }
+}
+
+// reps = 0: one launch; else the mean time of a launch inside a CUDA graph of reps launches (so that the host's
+// launch rate does not set the time of a few-microsecond kernel), over 10 replays after a warm-up replay
+template <bool V_turbo>
 static float launch(const int which, const float * acc, const float2 * meta, const float * sinks, float * dst, const int n_split,
         const int reps) {
-    const dim3 grid(NCOLS, HKV, 1);
-    if (reps == 0) {   // one launch, untimed
-        if (which == 1) {
-            k_turbo_fattn_combine_warp<D, V_turbo, NCOLS><<<grid, D/4>>>(acc, meta, sinks, dst, n_split, 1, GQA, NQ, NHEAD);
-        } else {
-            k_turbo_fattn_combine_par<D, V_turbo, NCOLS><<<grid, TURBO_COMBINE_WARPS*WARP_SIZE>>>(acc, meta, sinks, dst, n_split, 1,
-                GQA, NQ, NHEAD);
-        }
-        CHECK(cudaDeviceSynchronize());
+    cudaStream_t stream;
+    CHECK(cudaStreamCreate(&stream));
+    if (reps == 0) {
+        launch_one<V_turbo>(which, acc, meta, sinks, dst, n_split, stream);
+        CHECK(cudaStreamSynchronize(stream));
         CHECK(cudaGetLastError());
+        CHECK(cudaStreamDestroy(stream));
         return 0.0f;
     }
+    cudaGraph_t graph;
+    cudaGraphExec_t exec;
+    CHECK(cudaStreamBeginCapture(stream, cudaStreamCaptureModeGlobal));
+    for (int i = 0; i < reps; ++i) {
+        launch_one<V_turbo>(which, acc, meta, sinks, dst, n_split, stream);
+    }
+    CHECK(cudaStreamEndCapture(stream, &graph));
+    CHECK(cudaGraphInstantiate(&exec, graph, nullptr, nullptr, 0));
+    CHECK(cudaGraphLaunch(exec, stream));   // warm-up
     cudaEvent_t e0, e1;
     CHECK(cudaEventCreate(&e0));
     CHECK(cudaEventCreate(&e1));
-    for (int i = -1; i < reps; ++i) {   // i = -1: warm-up, untimed
-        if (i == 0) {
-            CHECK(cudaEventRecord(e0));
-        }
-        if (which == 1) {
-            k_turbo_fattn_combine_warp<D, V_turbo, NCOLS><<<grid, D/4>>>(acc, meta, sinks, dst, n_split, 1, GQA, NQ, NHEAD);
-        } else {
-            k_turbo_fattn_combine_par<D, V_turbo, NCOLS><<<grid, TURBO_COMBINE_WARPS*WARP_SIZE>>>(acc, meta, sinks, dst, n_split, 1,
-                GQA, NQ, NHEAD);
-        }
+    CHECK(cudaEventRecord(e0, stream));
+    for (int i = 0; i < 10; ++i) {
+        CHECK(cudaGraphLaunch(exec, stream));
     }
-    CHECK(cudaEventRecord(e1));
+    CHECK(cudaEventRecord(e1, stream));
     CHECK(cudaEventSynchronize(e1));
     CHECK(cudaGetLastError());
     float ms = 0.0f;
     CHECK(cudaEventElapsedTime(&ms, e0, e1));
-    return 1000.0f*ms/reps;
+    CHECK(cudaGraphExecDestroy(exec));
+    CHECK(cudaGraphDestroy(graph));
+    CHECK(cudaStreamDestroy(stream));
+    return 1000.0f*ms/(10.0f*reps);
 }
 
 int main() {
@@ -151,8 +167,8 @@ int main() {
             for (size_t i = 0; i < o1.size(); ++i) {
                 e12 = std::max(e12, (double) std::fabs(o1[i] - o2[i]));
             }
-            const float t1 = launch<true>(1, acc, meta, sk, dst1, n_split, 2000);
-            const float t2 = launch<true>(2, acc, meta, sk, dst2, n_split, 2000);
+            const float t1 = launch<true>(1, acc, meta, sk, dst1, n_split, 200);
+            const float t2 = launch<true>(2, acc, meta, sk, dst2, n_split, 200);
             const bool ok = e1 <= 1e-5*scale && e2 <= 1e-5*scale && e12 <= 1e-5*scale;
             failures += ok ? 0 : 1;
             printf("splits %3d sinks %d | max |ref| %.3f | max err warp %.2e par %.2e | rotated warp-par %.2e | "
