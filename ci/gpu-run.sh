@@ -71,6 +71,13 @@ tl_python() {
     export PYTHONPATH=/tmp/site:$REPO/python:$TREE/gguf-py TURBO_LLAMA_DATA=$REPO PYTHONUNBUFFERED=1
 }
 
+# M8: the random-weight llama8b GGUF (made once per machine by turbo-llama, cached under $WORK/cache); also sets up
+# the turbo-llama command and TURBO_LLAMA_CACHE in this shell. $1 names the phase's error log
+llama8b_model() {
+    tl_python; export TURBO_LLAMA_CACHE=$WORK/cache
+    M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))" 2>> "$OUT/$1.err")
+}
+
 build_test_turbo_cuda() {
     g++ -O2 -std=c++17 "$REPO/cuda/test-turbo-cuda.cpp" -I"$TREE/ggml/include" -L"$B" -lggml -lggml-base -lggml-cpu -lggml-cuda \
         -Wl,-rpath,"$B" -o "$B/test-turbo-cuda" >> "$OUT/build.log" 2>&1 || log "test-turbo-cuda build failed"
@@ -217,8 +224,7 @@ fi
 if [[ " $PHASES " == *" ktime "* ]]; then
     # issue #6: where a decode step's time goes, per kernel: ncu times every launch of a few depth-0 decode steps
     # (llama-bench -p 0 -n N, CUDA graphs off so that each launch is its own kernel), ci/ktime.py sums them by name
-    tl_python; export TURBO_LLAMA_CACHE=$WORK/cache
-    M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))" 2>> "$OUT/ktime.err")
+    llama8b_model ktime
     NTOK=${TL_KTIME_N:-8}
     for spec in ${TL_KTIME:-f16 turbo3 q8_0}; do
         split_env_spec "$spec"; t=$rest
@@ -234,8 +240,7 @@ fi
 if [[ " $PHASES " == *" d0graph "* ]]; then
     # issue #6, depth 0: the token-time gap to f16 (bench) is about twice the kernel-time gap (ktime); decode with
     # and without CUDA graphs tells whether the rest is on the host side (llama-bench -p 0 -n 128, llama8b shape)
-    tl_python; export TURBO_LLAMA_CACHE=$WORK/cache
-    M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))" 2>> "$OUT/d0graph.err")
+    llama8b_model d0graph
     log "nsys: $(command -v nsys || echo none)"
     for g in on off; do   # upstream tests whether GGML_CUDA_DISABLE_GRAPHS is set, not its value
         for t in ${TL_D0_TYPES:-f16 turbo3 q8_0}; do
@@ -258,8 +263,7 @@ if [[ " $PHASES " == *" pdl "* ]]; then
     # path is deterministic) and TURBO_PDL=1 against the first run's logits; -ub 1 sends every token through the
     # decode kernels, -ub 512 through the prefill path and the 4-thread KV write. Every KLD must be exactly 0.
     # (2) llama-bench decode at TL_PDL_DEPTHS, with upstream's own PDL on (default) and off (GGML_CUDA_PDL=0).
-    tl_python; export TURBO_LLAMA_CACHE=$WORK/cache
-    M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))" 2>> "$OUT/pdl.err")
+    llama8b_model pdl
     TXT=$WORK/pdl-text.txt; cat "$REPO"/README.md "$REPO"/results/*.md > "$TXT"
     for ub in 1 512; do
         base=$WORK/pdl-base-$ub.bin
@@ -292,8 +296,7 @@ fi
 
 if [[ " $PHASES " == *" mixed "* ]]; then
     # decode speed of mixed K/V pairs (the scalar turbo kernel serves them; the tensor-core one needs turbo K and V)
-    tl_python; export TURBO_LLAMA_CACHE=$WORK/cache
-    M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))" 2>> "$OUT/mixed.err")
+    llama8b_model mixed
     cmd="llama-bench -m random-llama8b -fa 1 -ngl 99 -p 0 -n 64 -r 2 -d ${TL_MIXED_DEPTHS:-0,32768} -ctk f16,q8_0,turbo3 -ctv f16,q8_0,turbo3 -o md"
     echo "$cmd" > "$OUT/mixed.md"
     timeout ${TL_MIXED_TIMEOUT:-400} "$B/llama-bench" -m "$M8" -fa 1 -ngl 99 -p 0 -n 64 -r 2 -d ${TL_MIXED_DEPTHS:-0,32768} \
@@ -304,8 +307,7 @@ fi
 if [[ " $PHASES " == *" ncu0 "* ]]; then
     # hardware counters of the turbo attention kernel at short context: one launch of a llama-bench decode on the
     # random llama8b-shaped GGUF, after TL_NCU0_SKIP launches of it (the probe and the first tokens)
-    tl_python; export TURBO_LLAMA_CACHE=$WORK/cache
-    M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))" 2>> "$OUT/ncu0.err")
+    llama8b_model ncu0
     for t in ${TL_NCU0:-turbo3}; do
         f="$OUT/ncu0-$t.txt"
         GGML_CUDA_DISABLE_GRAPHS=1 timeout ${TL_NCU_TIMEOUT:-150} ncu --clock-control none --set full -k "regex:${TL_NCU0_KERNEL:-k_turbo_fattn_mma}" \
