@@ -142,13 +142,17 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
 
     ggml_cuda_pool & pool = ctx.pool();
     cudaStream_t stream = ctx.stream();
-    // TURBO_FA_WARP_PARTIALS=1: a partial per warp of the tensor-core kernel, merged by the combine kernel (opt-in,
+    // how the splits are merged (tensor-core kernel only; else the combine kernel over one partial per block):
+    // TURBO_FA_CLUSTER=1: up to 8 splits merge inside the kernel, as one thread-block cluster per row group (Hopper
+    // and newer), instead of through global partials and the combine kernel (run 12: 32 fewer launches per token,
+    // the same tokens/s); TURBO_FA_WARP_PARTIALS=1: a partial per warp, all merged by the combine kernel (opt-in,
     // not yet measured; meant for short contexts, where the kernel's epilogue is on every step's chain)
+    static const bool cluster_env       = ggml_cuda_turbo_env_int("TURBO_FA_CLUSTER", 0) != 0;
     static const bool warp_partials_env = ggml_cuda_turbo_env_int("TURBO_FA_WARP_PARTIALS", 0) != 0;
-    static const bool cluster_env = ggml_cuda_turbo_env_int("TURBO_FA_CLUSTER", 0) != 0;
-    const bool cluster_wanted = use_mma && cluster_env && !(use_mma && heads_first && D == 128) && n_split <= 8 &&
+    const bool heads_first_on = use_mma && heads_first && D == 128;
+    const bool cluster = use_mma && cluster_env && !heads_first_on && n_split <= 8 &&
         ggml_cuda_info().devices[id].cc >= GGML_CUDA_CC_HOPPER;
-    const bool warp_partials = use_mma && warp_partials_env && !cluster_wanted;
+    const bool warp_partials = use_mma && warp_partials_env && !cluster;
     const int  n_part = warp_partials ? n_split*TURBO_MMA_WARPS : n_split;   // partials per row group
     const size_t n_slots = (size_t) ne3*n_head_kv*nrg*n_part*ncols;
     ggml_cuda_pool_alloc<float>  part_acc(pool, n_slots*D);
@@ -171,11 +175,8 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     p.nb31 = mask ? mask->nb[1] : 0; p.nb33 = mask ? mask->nb[3] : 0;
     p.nrg = nrg; p.n_split = n_split; p.tiles_per_split = tps;
 
-    p.heads_first = use_mma && heads_first && D == 128 ? 1 : 0;
-    // TURBO_FA_CLUSTER=1: up to 8 splits merge inside the kernel, as one thread-block cluster per row group (Hopper
-    // and newer), instead of through global partials and the combine kernel (run 12: 32 fewer launches per token,
-    // the same tokens/s)
-    p.cluster = cluster_wanted ? 1 : 0;
+    p.heads_first = heads_first_on ? 1 : 0;
+    p.cluster = cluster ? 1 : 0;
     p.warp_partials = warp_partials ? 1 : 0;
     const int var_launch = p.cluster ? 12 : var;   // the cluster merge is variant 12 (v11 + the merge)
     p.sinks = sinks ? (const float *) sinks->data : nullptr;
