@@ -46,9 +46,9 @@ template <int D, bool V_turbo, int NCOLS>
 static void turbo_fattn_combine_launch(cudaStream_t stream, const float * part_acc, const float2 * part_meta, const float * sinks,
         float * dst, int n_split, int nrg, int gqa, int n_q, int n_head, int n_head_kv, int ne3) {
     const dim3 grid(NCOLS, n_head_kv*nrg, ne3);
-    // TURBO_FA_COMBINE=0: the block-wide merge (shared-memory FWHT) instead of the warp one, for comparisons;
-    // 2: the merge with the splits spread over 8 warps (k_turbo_fattn_combine_par; opt-in, not yet measured)
-    static const int merge = ggml_cuda_turbo_env_int("TURBO_FA_COMBINE", 1);
+    // The merge with the splits spread over 8 warps (k_turbo_fattn_combine_par; run 16: decode op 35.0 -> 30.5 us
+    // at 32K keys). TURBO_FA_COMBINE=1: the one-warp merge; 0: the block-wide merge (shared-memory FWHT), for comparisons
+    static const int merge = ggml_cuda_turbo_env_int("TURBO_FA_COMBINE", 2);
     if (merge == 2) {
         ggml_cuda_turbo_launch(k_turbo_fattn_combine_par<D, V_turbo, NCOLS>, grid, dim3(TURBO_COMBINE_WARPS*WARP_SIZE), stream,
             part_acc, part_meta, sinks, dst, n_split, nrg, gqa, n_q, n_head);

@@ -607,7 +607,7 @@ static __global__ void k_turbo_fattn_combine_warp(const float * part_acc, const 
     turbo_fattn_store_block<V_turbo>(dst + (((int64_t) blockIdx.z*n_q + row.j)*n_head + row.h)*D + blk*QK_TURBO, v, lane);
 }
 
-// The split merge for many splits (TURBO_FA_COMBINE=2; prepared after run 15, not yet run on a GPU). At 32K and
+// The split merge for many splits (the default since run 16; TURBO_FA_COMBINE=1 is the one-warp merge above). At 32K and
 // 128K keys a row has ~50 splits, and the one-warp merge above walks them in rounds of 4 whose value loads wait for
 // the metas (the -inf test): two dependent trips to L2 per round. The op's time beyond the attention kernel's
 // (ncu) was 9.4 us at 32K (run 11, 64 splits), 12.2 us (run 11) and 6.5 us (run 14, 49 splits) at 128K, against
