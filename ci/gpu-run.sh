@@ -6,7 +6,7 @@
 #     calls 2..6: `model` (one part of the Gemma GGUF each: .devcarry/m1/p1 .. m5/p5, split so that a part plus
 #     the repo stays under the 64 MiB a call carries)
 #     then `wait model test ppl cli`, `kv bench` ...
-#   bench runs (TL_BENCH, default main): main, deep (128K), v3, mma8, mma9 (TURBO_FA_MMA), hf (TURBO_FA_HEADS_FIRST=1),
+#   bench runs (TL_BENCH, default main): main (TL_ROUNDS: interleaved rounds of the types), deep (128K; TL_DEEP_ROUNDS), v3, mma8, mma9 (TURBO_FA_MMA), hf (TURBO_FA_HEADS_FIRST=1),
 #   pre0 (TURBO_FA_PREFILL=0: the generic prefill conversion), nooff (TURBO_K_OFFSET=0), steps2.. (TURBO_FA_MIN_STEPS),
 #   cl (TURBO_FA_CLUSTER=1), env:A=1,B=2 (any switches; turbo3 and turbo2 at TL_VAR_DEPTHS, default 0,8192)
 #   vquick: FLASH_ATTN_EXT correctness and the decode perf cases (32K, 128K) of the default and of each TL_PERF_VARIANT
@@ -362,8 +362,8 @@ if [[ " $PHASES " == *" bench "* ]]; then
     python3 -c "import matplotlib" 2>/dev/null || log "no matplotlib here: bench.png is drawn afterwards from bench.json"
     for run in ${TL_BENCH:-main}; do
         case $run in
-            main) args="--types ${TL_TYPES:-f16,q8_0,q4_0,turbo3,turbo2} --depths ${TL_DEPTHS:-0,8192,32768} -p 512 -n 128 -r ${TL_REPS:-2}" ;;
-            deep) args="--types ${TL_DEEP_TYPES:-f16,turbo3,turbo2} --depths 131072 -p 0 -n 64 -r 1" ;;
+            main) args="--types ${TL_TYPES:-f16,q8_0,q4_0,turbo3,turbo2} --depths ${TL_DEPTHS:-0,8192,32768} -p 512 -n 128 -r ${TL_REPS:-2} --rounds ${TL_ROUNDS:-1}" ;;
+            deep) args="--types ${TL_DEEP_TYPES:-f16,turbo3,turbo2} --depths 131072 -p 0 -n 64 -r 1 --rounds ${TL_DEEP_ROUNDS:-1}" ;;
             v3)   args="--types turbo3,turbo2 --depths ${TL_DEPTHS:-0,8192,32768} -p 0 -n 128 -r ${TL_REPS:-2}"; export TURBO_FA_V3=1 ;;
             mma*) args="--types turbo3,turbo2 --depths ${TL_VAR_DEPTHS:-0,32768} -p 0 -n 128 -r ${TL_REPS:-2}"; export TURBO_FA_MMA=${run#mma} ;;
             cl)   args="--types turbo3,turbo2 --depths ${TL_VAR_DEPTHS:-0,8192} -p 0 -n 128 -r ${TL_REPS:-2}"; export TURBO_FA_CLUSTER=1 ;;

@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from turbo_llama.bench import parse_bench_json, render_table
+from turbo_llama.bench import parse_bench_json, render_table, summarize
 from turbo_llama.shapes import SHAPES, Shape, write_random_gguf
 
 DATA = Path(__file__).parent / "data"
@@ -25,6 +25,20 @@ def test_table_ratios_to_f16():
             for t, v in (("f16", 100.0), ("turbo3", 80.0))]
     md = render_table(rows, ["f16", "turbo3", "turbo2"])
     assert "100.00" in md and "80.00 (0.800)" in md and "turbo2" not in md
+
+
+def test_rounds_take_ratios_within_each_round():
+    """--rounds: the ratio is the median of each round's ratio to f16 of that round, not a ratio of medians, so
+    a machine that slows down between rounds moves neither f16's nor turbo3's ratio."""
+    rows = [{"type": t, "test": "tg", "label": "tg128", "depth": 0, "tps": v, "round": k}
+            for k, (a, b) in enumerate(((100.0, 95.0), (80.0, 72.0), (120.0, 96.0))) for t, v in (("f16", a), ("turbo3", b))]
+    s = {r["type"]: r for r in summarize(rows)}
+    assert s["turbo3"]["round_tps"] == [95.0, 72.0, 96.0] and s["turbo3"]["tps"] == 95.0
+    assert s["turbo3"]["ratio"] == pytest.approx(0.9) and s["turbo3"]["ratio_min"] == pytest.approx(0.8)
+    assert s["turbo3"]["tps"] / s["f16"]["tps"] == pytest.approx(0.95)   # the ratio of the medians differs
+    assert "ratio" not in s["f16"]
+    md = render_table(rows, ["f16", "turbo3"])
+    assert "| tg128 | 0 | 100.00 | 95.00 (0.900, 0.800-0.950) |" in md
 
 
 def test_shapes_are_real_model_shapes():
@@ -50,17 +64,22 @@ def test_random_gguf_reads_back_without_nan(tmp_path):
 
 @pytest.mark.slow
 def test_tiny_shape_runs_in_llama_bench(tmp_path, llama_tool, monkeypatch):
-    """Generate the tiny GGUF and run llama-bench on it for f16 (parsing only, no timing threshold)."""
+    """Generate the tiny GGUF and run llama-bench on it for f16 and turbo3 in two rounds (parsing and the
+    round bookkeeping only, no timing threshold)."""
     from turbo_llama.bench import run_bench
     from turbo_llama.shapes import shape_gguf
     llama_tool("llama-bench")
     gg = shape_gguf("tiny", tmp_path)
-    res = run_bench(model_path=gg, random_shape="tiny", types=["f16"], depths=[0, 64], p=32, n=8,
-                    backend="cpu", threads=2, reps=1, repack=False, out=tmp_path / "out", progress=False)
+    res = run_bench(model_path=gg, random_shape="tiny", types=["f16", "turbo3"], depths=[0, 64], p=32, n=8,
+                    backend="cpu", threads=2, reps=1, repack=False, out=tmp_path / "out", progress=False, rounds=2)
     assert not res["errors"], res["errors"]
-    got = {(r["test"], r["depth"]) for r in res["rows"]}
-    assert got == {("pp", 0), ("pp", 64), ("tg", 0), ("tg", 64)}
-    assert all(r["tps"] > 0 for r in res["rows"])
+    got = {(r["type"], r["test"], r["depth"]) for r in res["rows"]}
+    assert got == {(t, x, d) for t in ("f16", "turbo3") for x in ("pp", "tg") for d in (0, 64)}
+    assert all(r["tps"] > 0 and len(r["round_tps"]) == 2 for r in res["rows"])
+    assert all(r["ratio_min"] <= r["ratio"] <= r["ratio_max"] for r in res["rows"] if r["type"] == "turbo3")
+    assert sorted(r["round"] for r in res["round_rows"]) == [0] * 8 + [1] * 8
+    assert len(res["raw"]["turbo3"]) == 8 and len(res["commands"]) == 4
+    assert (tmp_path / "out" / "llama-bench-turbo3-r2.log").exists()
     saved = json.loads((tmp_path / "out" / "bench.json").read_text())
     assert saved["model"]["random_weights"] and "RANDOM" in saved["warning"]
     assert "RANDOM" in (tmp_path / "out" / "bench.md").read_text()

@@ -2,6 +2,11 @@
 
 Outputs (in --out): bench.json (raw llama-bench records + commands), bench.md (t/s and ratio to
 f16), bench.png (t/s vs depth, one line per type; pp and tg panels).
+
+--rounds N runs the whole sweep over the types N times, one type after another in every round, so that a
+slow drift of the machine (clocks, temperature, a neighbour) falls on all types alike: each round's ratios
+are taken against f16 of the same round, and the table shows the median t/s and the median ratio with the
+range of the rounds' ratios.
 """
 from __future__ import annotations
 
@@ -9,6 +14,7 @@ import datetime as _dt
 import json
 import os
 import shlex
+import statistics
 import subprocess
 import sys
 from pathlib import Path
@@ -47,30 +53,57 @@ def parse_bench_json(text: str) -> list[dict]:
     return rows
 
 
+def summarize(rows: list[dict]) -> list[dict]:
+    """Rows of one or more rounds (key "round", absent = 0) -> one row per (type, test, depth): tps the median
+    over the rounds, ratio the median of the rounds' ratios to f16 of the same round (ratio_min/ratio_max their
+    range), round_tps the t/s of each round."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in rows:
+        groups.setdefault((r["type"], r["test"], r["depth"]), []).append(r)
+    f16 = {(r["test"], r["depth"], r.get("round", 0)): r["tps"] for r in rows if r["type"] == "f16"}
+    out = []
+    for (t, test, depth), rs in groups.items():
+        rs = sorted(rs, key=lambda r: r.get("round", 0))
+        row = {k: rs[0][k] for k in ("type", "test", "label", "n", "depth") if k in rs[0]}
+        row["tps"] = statistics.median(r["tps"] for r in rs)
+        row["tps_std"] = rs[0].get("tps_std") if len(rs) == 1 else statistics.pstdev(r["tps"] for r in rs)
+        row["round_tps"] = [r["tps"] for r in rs]
+        ratios = [r["tps"] / f16[(test, depth, r.get("round", 0))] for r in rs
+                  if (test, depth, r.get("round", 0)) in f16] if t != "f16" else []
+        if ratios:
+            row.update(ratio=statistics.median(ratios), ratio_min=min(ratios), ratio_max=max(ratios))
+        out.append(row)
+    return out
+
+
 def render_table(rows: list[dict], types: list[str]) -> str:
+    """Markdown table of t/s per type and (test, depth), with the ratio to f16 (of the same round: `summarize`);
+    where a row has several rounds, the ratio's range follows it."""
+    rows = summarize(rows)
     keys = sorted({(r["test"], r["label"], r["depth"]) for r in rows}, key=lambda k: (k[0] != "pp", k[2]))
     by = {(r["type"], r["test"], r["depth"]): r for r in rows}
     present = [t for t in types if any(r["type"] == t for r in rows)]
     head = "| test | depth | " + " | ".join(f"{t} t/s" + ("" if t == "f16" else " (×f16)") for t in present) + " |"
     lines = [head, "|" + "---|" * (2 + len(present))]
     for test, label, depth in keys:
-        base = by.get(("f16", test, depth))
         cells = []
         for t in present:
             r = by.get((t, test, depth))
             if r is None:
                 cells.append("–")
-            elif t == "f16" or base is None:
+            elif "ratio" not in r:
                 cells.append(f"{r['tps']:.2f}")
+            elif len(r["round_tps"]) > 1:
+                cells.append(f"{r['tps']:.2f} ({r['ratio']:.3f}, {r['ratio_min']:.3f}-{r['ratio_max']:.3f})")
             else:
-                cells.append(f"{r['tps']:.2f} ({r['tps'] / base['tps']:.3f})")
+                cells.append(f"{r['tps']:.2f} ({r['ratio']:.3f})")
         lines.append(f"| {label} | {depth} | " + " | ".join(cells) + " |")
     return "\n".join(lines)
 
 
 def run_bench(*, model_path: Path, random_shape: str | None, types: list[str], depths: list[int], p: int,
               n: int, backend: str, threads: int, reps: int, repack: bool, out: Path,
-              progress: bool = True) -> dict:
+              progress: bool = True, rounds: int = 1) -> dict:
     from tqdm import tqdm
 
     out.mkdir(parents=True, exist_ok=True)
@@ -79,31 +112,37 @@ def run_bench(*, model_path: Path, random_shape: str | None, types: list[str], d
            "llama_bench": {"path": str(exe), "version": tool_version(exe)},
            "model": {"path": str(model_path), "random_weights": bool(random_shape), "shape": random_shape},
            "settings": {"types": types, "depths": depths, "p": p, "n": n, "backend": backend,
-                        "threads": threads, "repetitions": reps, "repack": repack},
-           "commands": [], "rows": [], "raw": {}, "errors": {}}
+                        "threads": threads, "repetitions": reps, "rounds": rounds, "repack": repack},
+           "commands": [], "rows": [], "round_rows": [], "raw": {}, "errors": {}}
     if random_shape:
         res["warning"] = RANDOM_WEIGHTS_WARNING.format(name=SHAPES[random_shape].note or random_shape)
-    bar = tqdm(total=len(types), desc="bench", disable=not progress, dynamic_ncols=True)
+    bar = tqdm(total=len(types) * rounds, desc="bench", disable=not progress, dynamic_ncols=True)
     try:
-        for t in types:
-            bar.set_description(f"llama-bench {t} (depths {','.join(map(str, depths))})")
-            cmd = bench_cmd(exe, model_path, t, depths, p, n, backend, threads, reps, repack)
-            res["commands"].append({"type": t, "cmd": shlex.join(cmd)})
-            r = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-            (out / f"llama-bench-{t}.log").write_text(r.stderr)
-            try:
-                check_unsupported(r.stdout + r.stderr, t)
-                if r.returncode != 0:
-                    raise ToolError(f"llama-bench failed ({r.returncode}): "
-                                    + " | ".join(r.stderr.strip().splitlines()[-3:]))
-                rows = parse_bench_json(r.stdout)
-                res["raw"][t] = json.loads(r.stdout[r.stdout.find("["):])
-                res["rows"] += rows
-            except (ToolError, ValueError) as e:
-                res["errors"][t] = str(e)
-                bar.write(f"[{t}] {e}")
-            (out / "bench.json").write_text(json.dumps(res, indent=1))
-            bar.update(1)
+        for rnd in range(rounds):
+            for t in types:
+                if t in res["errors"]:   # failed in an earlier round: its error stands
+                    bar.update(1)
+                    continue
+                tag = f" round {rnd + 1}/{rounds}" if rounds > 1 else ""
+                bar.set_description(f"llama-bench {t} (depths {','.join(map(str, depths))}){tag}")
+                cmd = bench_cmd(exe, model_path, t, depths, p, n, backend, threads, reps, repack)
+                res["commands"].append({"type": t, "round": rnd, "cmd": shlex.join(cmd)})
+                r = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
+                (out / (f"llama-bench-{t}.log" if rounds == 1 else f"llama-bench-{t}-r{rnd + 1}.log")).write_text(r.stderr)
+                try:
+                    check_unsupported(r.stdout + r.stderr, t)
+                    if r.returncode != 0:
+                        raise ToolError(f"llama-bench failed ({r.returncode}): "
+                                        + " | ".join(r.stderr.strip().splitlines()[-3:]))
+                    rows = parse_bench_json(r.stdout)
+                    res["raw"].setdefault(t, []).extend(json.loads(r.stdout[r.stdout.find("["):]))
+                    res["round_rows"] += [dict(row, round=rnd) for row in rows]
+                    res["rows"] = summarize(res["round_rows"])
+                except (ToolError, ValueError) as e:
+                    res["errors"][t] = str(e)
+                    bar.write(f"[{t}] {e}")
+                (out / "bench.json").write_text(json.dumps(res, indent=1))
+                bar.update(1)
     finally:
         bar.close()
         res["finished"] = _dt.datetime.now().isoformat(timespec="seconds")
@@ -111,12 +150,15 @@ def run_bench(*, model_path: Path, random_shape: str | None, types: list[str], d
         md = [f"# turbo-llama bench — {Path(model_path).name}", ""]
         if random_shape:
             md += [f"**{res['warning']}**", ""]
-        md += [f"backend {backend}, threads {threads}, -fa 1, {reps} repetitions; "
-               f"{exe.name}: {res['llama_bench']['version']}", "", render_table(res["rows"], types), ""]
-        noisy = [r for r in res["rows"] if r.get("tps_std") and r["tps_std"] > 0.1 * r["tps"]]
+        in_rounds = f" in each of {rounds} rounds (median t/s; ratio: median, range of the rounds)" if rounds > 1 else ""
+        md += [f"backend {backend}, threads {threads}, -fa 1, {reps} repetitions{in_rounds}; "
+               f"{exe.name}: {res['llama_bench']['version']}", "", render_table(res["round_rows"], types), ""]
+        noisy = [r for r in res["round_rows"] if r.get("tps_std") and r["tps_std"] > 0.1 * r["tps"]]
         if noisy:
             md += [f"note: {len(noisy)} measurement(s) vary by more than 10% between repetitions "
-                   "(a busy machine?): " + ", ".join(f"{r['type']} {r['label']}@{r['depth']}" for r in noisy), ""]
+                   "(a busy machine?): " + ", ".join(f"{r['type']} {r['label']}@{r['depth']}"
+                                                     + (f" (round {r['round'] + 1})" if rounds > 1 else "")
+                                                     for r in noisy), ""]
         if res["errors"]:
             md += ["## Errors", ""] + [f"- **{t}**: {m}" for t, m in res["errors"].items()] + [""]
         (out / "bench.md").write_text("\n".join(md))
@@ -140,12 +182,14 @@ def run_bench(*, model_path: Path, random_shape: str | None, types: list[str], d
 @click.option("--backend", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True)
 @click.option("-p", "n_prompt", type=int, default=512, show_default=True)
 @click.option("-n", "n_gen", type=int, default=128, show_default=True)
-@click.option("-r", "--repetitions", "reps", type=int, default=3, show_default=True)
+@click.option("-r", "--repetitions", "reps", type=click.IntRange(min=1), default=3, show_default=True)
+@click.option("--rounds", type=click.IntRange(min=1), default=1, show_default=True,
+              help="run the sweep over the types this many times, interleaved; ratios to f16 of the same round")
 @click.option("--threads", type=int, default=os.cpu_count() or 1, show_default=True)
 @click.option("--repack/--no-repack", default=None, help="CPU weight repacking (default: off on cpu)")
 @click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="output directory [results/bench-YYYYmmdd-HHMMSS]")
-def bench_command(model_path, shape, types, depths, backend, n_prompt, n_gen, reps, threads, repack, out):
+def bench_command(model_path, shape, types, depths, backend, n_prompt, n_gen, reps, rounds, threads, repack, out):
     """Speed of each KV-cache type with llama-bench (pp and tg at several depths), ratios to f16."""
     if model_path and shape:
         raise click.UsageError("--model and --shape are exclusive")
@@ -165,7 +209,7 @@ def bench_command(model_path, shape, types, depths, backend, n_prompt, n_gen, re
         else:
             mpath = model_path or _model.default_model()
         res = run_bench(model_path=mpath, random_shape=shape, types=type_list, depths=depth_list,
-                        p=n_prompt, n=n_gen, backend=backend, threads=threads, reps=reps,
+                        p=n_prompt, n=n_gen, backend=backend, threads=threads, reps=reps, rounds=rounds,
                         repack=(backend != "cpu") if repack is None else repack, out=out)
     except (_model.AssetError, ToolError) as e:
         raise click.ClickException(str(e))
