@@ -41,6 +41,54 @@ def test_rounds_take_ratios_within_each_round():
     assert "| tg128 | 0 | 100.00 | 95.00 (0.900, 0.800-0.950) |" in md
 
 
+FAKE_BENCH = """#!{python}
+# a stand-in for llama-bench: the recorded tiny-model JSON as -ctk's type, every call 10% slower than the one
+# before (a drifting machine), and a failure for q4_0
+import json, pathlib, sys
+a = sys.argv
+if "--version" in a:
+    print("version: fake"); sys.exit(0)
+t = a[a.index("-ctk") + 1]
+calls = pathlib.Path(__file__).with_name("calls.txt")
+with calls.open("a") as f:
+    f.write(t + "\\n")
+if t == "q4_0":
+    print("error: something broke", file=sys.stderr); sys.exit(1)
+k = len(calls.read_text().split())
+recs = json.loads(pathlib.Path({data!r}).read_text())
+for r in recs:
+    r["type_k"] = r["type_v"] = t
+    r["avg_ts"] = (80.0 if t == "turbo3" else 100.0) * 0.9 ** k
+print(json.dumps(recs))
+"""
+
+
+def test_rounds_with_a_drifting_machine_and_a_failing_type(tmp_path, monkeypatch):
+    """run_bench --rounds with a fake llama-bench on a machine that slows down by 10% per call: each round's ratio
+    is turbo3 against f16 of that round (0.8 x 0.9^(calls between them)), the table gives their median and range;
+    a type that fails is reported once and not run again in later rounds."""
+    import sys
+    from turbo_llama.bench import run_bench
+    exe = tmp_path / "bin" / "llama-bench"
+    exe.parent.mkdir()
+    exe.write_text(FAKE_BENCH.format(python=sys.executable, data=str(DATA / "llama_bench_tiny_f16.json")))
+    exe.chmod(0o755)
+    monkeypatch.setenv("TURBO_LLAMA_BIN_DIR", str(exe.parent))
+    out = tmp_path / "out"
+    res = run_bench(model_path=tmp_path / "m.gguf", random_shape=None, types=["f16", "q4_0", "turbo3"],
+                    depths=[0, 256], p=32, n=8, backend="cpu", threads=1, reps=1, repack=False, out=out,
+                    progress=False, rounds=3)
+    assert (exe.parent / "calls.txt").read_text().split() == ["f16", "q4_0", "turbo3", "f16", "turbo3", "f16", "turbo3"]
+    assert list(res["errors"]) == ["q4_0"] and "something broke" in res["errors"]["q4_0"]
+    t3 = [r for r in res["rows"] if r["type"] == "turbo3"]
+    assert len(t3) == 4 and all(len(r["round_tps"]) == 3 for r in t3)
+    for r in t3:   # round 1: f16 is call 1, turbo3 call 3 (after q4_0's); rounds 2, 3: calls 4, 5 and 6, 7
+        assert (r["ratio"], r["ratio_min"], r["ratio_max"]) == pytest.approx((0.72, 0.648, 0.72))
+    md = (out / "bench.md").read_text()
+    assert "in each of 3 rounds" in md and "## Errors" in md and "q4_0" in md
+    assert len(json.loads((out / "bench.json").read_text())["round_rows"]) == 24
+
+
 def test_shapes_are_real_model_shapes():
     s = SHAPES["llama8b"]
     assert (s.n_layer, s.n_embd, s.n_head, s.n_head_kv, s.head_dim, s.n_ff, s.n_vocab) == \
