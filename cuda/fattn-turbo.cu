@@ -47,9 +47,11 @@ static void turbo_fattn_combine_launch(cudaStream_t stream, const float * part_a
         float * dst, int n_split, int nrg, int gqa, int n_q, int n_head, int n_head_kv, int ne3) {
     const dim3 grid(NCOLS, n_head_kv*nrg, ne3);
     // The merge with the splits spread over 8 warps (k_turbo_fattn_combine_par; run 16: decode op 35.0 -> 30.5 us
-    // at 32K keys). TURBO_FA_COMBINE=1: the one-warp merge; 0: the block-wide merge (shared-memory FWHT), for comparisons
+    // at 32K keys), from 8 splits up: below, the one-warp merge is the quicker (run 16, combine_bench, us per launch,
+    // one warp / 8 warps: 1 split 1.96 / 2.22, 4 splits 2.06 / 2.29, 13 splits 3.17 / 2.84). TURBO_FA_COMBINE=1: the
+    // one-warp merge at any count; 0: the block-wide merge (shared-memory FWHT), for comparisons
     static const int merge = ggml_cuda_turbo_env_int("TURBO_FA_COMBINE", 2);
-    if (merge == 2) {
+    if (merge == 2 && n_split >= 8) {
         ggml_cuda_turbo_launch(k_turbo_fattn_combine_par<D, V_turbo, NCOLS>, grid, dim3(TURBO_COMBINE_WARPS*WARP_SIZE), stream,
             part_acc, part_meta, sinks, dst, n_split, nrg, gqa, n_q, n_head);
     } else if (merge != 0) {
