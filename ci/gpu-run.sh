@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # turbo-llama: the whole GPU run in one go (H200 via the device tool, or any CUDA machine).
-#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [vquick] [ncu] [ktime] [d0graph] [combine] [pdl] [fatime] [mixed] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
+#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [vquick] [ncu] [ktime] [d0graph] [combine] [pdl] [ropeq] [fatime] [mixed] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
 #   default: build test bench. The device tool keeps a machine (and /tmp) 30 s after a call, so a session:
 #     call 1: `bg` (starts the build in the background from a copy of the repo)
 #     calls 2..6: `model` (one part of the Gemma GGUF each: .devcarry/m1/p1 .. m5/p5, split so that a part plus
@@ -14,7 +14,8 @@
 #   (TL_FA_PERF: the perf cases' filter, e.g. with nb=(1|512) for patch 0014's prefill case too, run 15)
 #   d0graph: depth-0 decode with and without CUDA graphs, f16 against turbo3 and q8_0 (run 15)
 #   combine: the split merges alone, correctness and us per launch (cuda/host-check/combine_bench.cu; no build)
-#   pdl: TURBO_PDL=1's race check (perplexity logits, KLD 0) and decode speed (prepared after run 15)
+#   pdl: TURBO_PDL=1's race check (perplexity logits, KLD 0) and decode speed (run 16)
+#   ropeq: the same check for TURBO_FUSE_ROPE_Q=1 (Q's RoPE in the attention kernel; prepared after run 16)
 # .devcarry is not in git: on a fresh checkout make it first (a few minutes, on this CPU machine):
 #   .venv/bin/turbo-llama prepare --out /tmp/prep && bash ci/make-devcarry.sh /tmp/prep --pristine
 #   .venv/bin/python -m pip download --no-deps --only-binary :all: click tqdm -d .devcarry/whl
@@ -156,7 +157,7 @@ if [[ " $PHASES " == *" test "* ]]; then
     # CPY turbo -> f16 is left out: the CPU reference (ggml-cpu dup) aborts on quantized -> f16 (lead's side)
     # spec: [ENV=VALUE:]OP|FILTER; the default kernel first, then the other variants on the pairs they serve
     for spec in "SET_ROWS|turbo" "SUB_SET_ROWS|turbo" "CPY|type_dst=turbo|type_src=turbo[23],type_dst=f32" "GET_ROWS|turbo" \
-                "FLASH_ATTN_EXT|turbo" ${TL_FA_VARIANTS:-"TURBO_SET_ROWS=4:SET_ROWS|turbo" "TURBO_SET_ROWS=4:SUB_SET_ROWS|turbo" "TURBO_FA_MMA=8:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_MMA=9:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_MMA=13:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_MMA=21:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_PREFILL=0:FLASH_ATTN_EXT|turbo"}; do
+                "FLASH_ATTN_EXT|turbo" "ROPE_FLASH_ATTN|turbo" ${TL_FA_VARIANTS:-"TURBO_FUSE_ROPE_Q=1:ROPE_FLASH_ATTN|turbo" "TURBO_SET_ROWS=4:SET_ROWS|turbo" "TURBO_SET_ROWS=4:SUB_SET_ROWS|turbo" "TURBO_FA_MMA=8:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_MMA=9:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_MMA=13:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_MMA=21:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_PREFILL=0:FLASH_ATTN_EXT|turbo"}; do
         split_env_spec "$spec"; op=${rest%%|*}; filt=${rest#*|}
         echo "=== ${envset:+$envset }test-backend-ops -b CUDA0 -o $op -p '$filt'" >> "$OUT/tbo.log"
         env $(echo "${envset:-TL_NONE=1}" | tr ',' ' ') "$B/test-backend-ops" -b CUDA0 -o $op -p "$filt" > "$WORK/tbo_one.log" 2>&1
@@ -257,28 +258,40 @@ if [[ " $PHASES " == *" combine "* ]]; then
     log "combine_bench: rc=$?"; tail -16 "$OUT/combine.log" | tee -a "$OUT/summary.txt"
 fi
 
-if [[ " $PHASES " == *" pdl "* ]]; then
-    # TURBO_PDL=1 (programmatic dependent launch of the decode path's kernels, cuda/turbo.cuh). (1) A race check:
-    # llama-perplexity on the llama8b random model (byte-level text), TURBO_PDL=0 twice (the noise floor: 0 if the
-    # path is deterministic) and TURBO_PDL=1 against the first run's logits; -ub 1 sends every token through the
-    # decode kernels, -ub 512 through the prefill path and the 4-thread KV write. Every KLD must be exactly 0.
-    # (2) llama-bench decode at TL_PDL_DEPTHS, with upstream's own PDL on (default) and off (GGML_CUDA_PDL=0).
-    llama8b_model pdl
+# a decode-path switch's check ($1, e.g. TURBO_PDL; $2 names the phase's files): llama-perplexity on the llama8b random
+# model (byte-level text), $1=0 twice (the noise floor: 0 if the path is deterministic) and $1=1 against the first
+# run's logits; -ub 1 sends every token through the decode kernels, -ub 512 through the prefill path and the 4-thread
+# KV write. Then llama-bench decode at TL_PDL_DEPTHS for f16, turbo3 and the specs in $3 ([ENV=VALUE:]TYPE)
+switch_check() {
+    local sw=$1 ph=$2 ub run v kl base spec t f
+    llama8b_model $ph
     TXT=$WORK/pdl-text.txt; cat "$REPO"/README.md "$REPO"/results/*.md > "$TXT"
     for ub in 1 512; do
-        base=$WORK/pdl-base-$ub.bin
-        for run in base0 again0 pdl1; do
-            pdl=${run: -1}; kl="--kl-divergence-base $base"; [ $run != base0 ] && kl="$kl --kl-divergence"
-            env TURBO_PDL=$pdl "$B/llama-perplexity" -m "$M8" -f "$TXT" -c 512 --chunks 2 -b 512 -ub $ub -fa on -ctk turbo3 -ctv turbo3 \
-                -ngl 99 $kl > "$OUT/pdl-ppl-ub$ub-$run.log" 2>&1
-            log "pdl race check -ub $ub $run (TURBO_PDL=$pdl): rc=$? | $(grep -E '^Mean +KLD|^Maximum KLD|^Same top p|Final estimate' "$OUT/pdl-ppl-ub$ub-$run.log" | tr -s ' ' | tr '\n' ';')"
+        base=$WORK/$ph-base-$ub.bin
+        for run in base0 again0 on1; do
+            v=${run: -1}; kl="--kl-divergence-base $base"; [ $run != base0 ] && kl="$kl --kl-divergence"
+            env $sw=$v "$B/llama-perplexity" -m "$M8" -f "$TXT" -c 512 --chunks 2 -b 512 -ub $ub -fa on -ctk turbo3 -ctv turbo3 \
+                -ngl 99 $kl > "$OUT/$ph-ppl-ub$ub-$run.log" 2>&1
+            log "$ph check -ub $ub $run ($sw=$v): rc=$? | $(grep -E '^Mean +KLD|^Maximum KLD|^Same top p|Final estimate' "$OUT/$ph-ppl-ub$ub-$run.log" | tr -s ' ' | tr '\n' ';')"
         done
     done
-    for spec in f16 turbo3 TURBO_PDL=1:turbo3 GGML_CUDA_PDL=0:f16 GGML_CUDA_PDL=0:turbo3; do
-        split_env_spec "$spec"; t=$rest; f="$OUT/pdl-bench-${envset:+${envset//[=:]/-}-}$t.md"
+    for spec in f16 turbo3 $sw=1:turbo3 $3; do
+        split_env_spec "$spec"; t=$rest; f="$OUT/$ph-bench-${envset:+${envset//[=:]/-}-}$t.md"
         env $(echo "${envset:-TL_NONE=1}" | tr "," " ") "$B/llama-bench" -m "$M8" -p 0 -n 128 -d ${TL_PDL_DEPTHS:-0,32768} -r 2 -fa 1 -ngl 99 -ctk $t -ctv $t -o md > "$f" 2>&1
-        log "pdl bench ${envset:+$envset }$t: $(grep -E '\| +tg128' "$f" | tr -s ' ' | sed -E 's/.*(tg128[^|]*)\| +([0-9.]+ ± [0-9.]+) \|/\1 \2/' | tr '\n' ';')"
+        log "$ph bench ${envset:+$envset }$t: $(grep -E '\| +tg128' "$f" | tr -s ' ' | sed -E 's/.*(tg128[^|]*)\| +([0-9.]+ ± [0-9.]+) \|/\1 \2/' | tr '\n' ';')"
     done
+}
+
+# TURBO_PDL=1 (programmatic dependent launch of the decode path's kernels, cuda/turbo.cuh; run 16: every KLD 0), with
+# upstream's own PDL off (GGML_CUDA_PDL=0) as well
+if [[ " $PHASES " == *" pdl "* ]]; then
+    switch_check TURBO_PDL pdl "GGML_CUDA_PDL=0:f16 GGML_CUDA_PDL=0:turbo3"
+fi
+
+# TURBO_FUSE_ROPE_Q=1 (Q's RoPE inside the decode attention kernel, patches 0020-0021): the logits may differ in the
+# last bits (another kernel computes the same RoPE), so the check is a KLD at the noise floor, not exactly 0
+if [[ " $PHASES " == *" ropeq "* ]]; then
+    switch_check TURBO_FUSE_ROPE_Q ropeq ""
 fi
 
 if [[ " $PHASES " == *" fatime "* ]]; then

@@ -365,6 +365,10 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     for (int i = 0; i < QT; ++i) {
         const int task = warp + i*NW;
         const int r = task / NB, blk = task % NB;
+        if (p.rope.pos) {   // Q's RoPE deferred into this kernel (patch 0021): q comes from the ROPE's input
+            const int rho = rg*NR + r;
+            turbo_rope_block(p.rope, qv[i], blk*QK_TURBO, p.rope.pos[rho < R ? rho / p.gqa : 0], lane);
+        }
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             qv[i][k] *= turbo_sign_neg(lane + 32*k) ? -qscale : qscale;

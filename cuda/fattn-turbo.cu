@@ -63,7 +63,15 @@ static void turbo_fattn_combine_launch(cudaStream_t stream, const float * part_a
     }
 }
 
-void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+// the tensor-core kernel serves turbo K with turbo V on Ampere and newer; TURBO_FA_V3=1 forces the scalar one
+static bool turbo_fattn_uses_mma(const ggml_tensor * K, const ggml_tensor * V) {
+    static const bool force_v3 = ggml_cuda_turbo_env_int("TURBO_FA_V3", 0) != 0;
+    return !force_v3 && ggml_cuda_is_turbo_type(K->type) && ggml_cuda_is_turbo_type(V->type) &&
+        ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc);
+}
+
+// rope: Q's ROPE node when its RoPE is done on q's load (then Q is read from the ROPE's input), else nullptr
+static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * dst, const ggml_tensor * rope) {
     ggml_cuda_turbo_check_tables();
     const ggml_tensor * Q     = dst->src[0];
     const ggml_tensor * K     = dst->src[1];
@@ -88,10 +96,9 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     const int id  = ggml_cuda_get_device();
     const int nsm = ggml_cuda_info().devices[id].nsm;
 
-    // tensor-core kernel (v4) for turbo K with turbo V on Ampere and newer; TURBO_FA_V3=1 forces the scalar one
-    static const bool force_v3 = ggml_cuda_turbo_env_int("TURBO_FA_V3", 0) != 0;
-    const bool use_mma = !force_v3 && ggml_cuda_is_turbo_type(K->type) && ggml_cuda_is_turbo_type(V->type) &&
-        ampere_mma_available(ggml_cuda_info().devices[id].cc);
+    // tensor-core kernel (v4) for turbo K with turbo V on Ampere and newer
+    const bool use_mma = turbo_fattn_uses_mma(K, V);
+    GGML_ASSERT(!rope || use_mma);   // ggml_cuda_turbo_rope_fa_fusable checked it
     // kernel variant (see fattn-turbo-mma.cuh), at D = 128 from 16K keys up: 13 (v14, two tiles per warp step) for
     // turbo3 V, 11 (v18: v14 at 4 blocks per SM, q from shared memory) for turbo2 K and V; else 9. Run 14, decode op
     // turbo3 9 -> 13: 36.7-37.0 -> 34.7-34.9 us @32K, 93.4-93.8 -> 91.9-92.2 @128K (turbo2 lost at 128K, 80.7 ->
@@ -152,7 +159,7 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     static const bool cluster_env       = ggml_cuda_turbo_env_int("TURBO_FA_CLUSTER", 0) != 0;
     static const bool warp_partials_env = ggml_cuda_turbo_env_int("TURBO_FA_WARP_PARTIALS", 0) != 0;
     const bool heads_first_on = use_mma && heads_first && D == 128;
-    const bool cluster = use_mma && cluster_env && !heads_first_on && n_split <= 8 && var != 21 &&
+    const bool cluster = use_mma && cluster_env && !heads_first_on && n_split <= 8 && var != 21 && !rope &&
         ggml_cuda_info().devices[id].cc >= GGML_CUDA_CC_HOPPER;
     const bool warp_partials = use_mma && warp_partials_env && !cluster && var != 21;
     const int  n_part = warp_partials ? n_split*TURBO_MMA_WARPS : n_split;   // partials per row group
@@ -163,6 +170,11 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     const uint32_t n_head_log2 = 1u << (uint32_t) floorf(log2f((float) n_head));
     turbo_fa_params p;
     p.Q = (const char *) Q->data; p.K = (const char *) K->data; p.V = (const char *) V->data;
+    p.rope = turbo_rope{};
+    if (rope) {   // Q views the ROPE's output; its input has the same layout (ggml_cuda_turbo_rope_fa_fusable)
+        ggml_cuda_turbo_rope_params(rope, p.rope);
+        p.Q = (const char *) rope->src[0]->data + ((const char *) Q->data - (const char *) rope->data);
+    }
     p.mask = mask ? (const char *) mask->data : nullptr;
     p.part_acc = part_acc.ptr; p.part_meta = part_meta.ptr;
     p.scale = scale; p.logit_softcap = logit_softcap; p.max_bias = max_bias;
@@ -213,4 +225,62 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
     TURBO_COMBINE(256, true, 4) TURBO_COMBINE(256, true, 8) TURBO_COMBINE(256, false, 4) TURBO_COMBINE(256, false, 8)
 #undef TURBO_COMBINE
     CUDA_CHECK(cudaGetLastError());
+}
+
+void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    turbo_fattn_decode(ctx, dst, nullptr);
+}
+
+// TURBO_FUSE_ROPE_Q=1 (prepared after run 16, not yet run on a GPU): llama's RoPE of Q, when only the decode
+// attention reads it (ROPE -> PERMUTE -> views -> FLASH_ATTN_EXT, patch 0020 puts them next to each other), is done
+// by the attention kernel as it loads q: one launch fewer per layer and token. Returns how many nodes after the
+// ROPE (node i) the fused attention takes, or 0. Normal RoPE of any even width, neox for 128-wide heads rotated
+// whole (as 0018's K RoPE); the tensor-core kernel only; the ROPE's input read in place of its output (same layout).
+int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
+    static const bool on = ggml_cuda_turbo_env_int("TURBO_FUSE_ROPE_Q", 0) != 0;
+    const ggml_tensor * rope = cgraph->nodes[i];
+    if (!on || rope->op != GGML_OP_ROPE || ggml_node_get_use_count(cgraph, i) != 1) {
+        return 0;
+    }
+    const ggml_tensor * x = rope->src[0];
+    const int32_t * op = (const int32_t *) rope->op_params;
+    const int n_dims = op[1], mode = op[2], n_offs = op[15];
+    const int64_t D = x->ne[0];
+    const bool shape_ok = rope->type == GGML_TYPE_F32 && x->type == GGML_TYPE_F32 && ggml_are_same_layout(x, rope) &&
+        rope->src[1]->type == GGML_TYPE_I32 && rope->src[1]->ne[0] == x->ne[2] && x->ne[3] == 1;
+    const bool mode_ok = (mode == GGML_ROPE_TYPE_NORMAL && n_dims % 2 == 0 && n_offs % 2 == 0 && n_offs + n_dims <= D) ||
+        (mode == GGML_ROPE_TYPE_NEOX && D == QK_TURBO && n_dims == QK_TURBO && n_offs == 0);
+    if (!shape_ok || !mode_ok) {
+        return 0;
+    }
+    // the ROPE's one consumer is a chain of views (one use each) whose end is Q of the attention, with views between
+    const ggml_tensor * q = rope;
+    for (int j = i + 1; j < cgraph->n_nodes && j <= i + 8; ++j) {
+        const ggml_tensor * n = cgraph->nodes[j];
+        const bool is_view = n->op == GGML_OP_VIEW || n->op == GGML_OP_PERMUTE || n->op == GGML_OP_RESHAPE ||
+            n->op == GGML_OP_TRANSPOSE || n->op == GGML_OP_NONE;
+        if (n->op == GGML_OP_FLASH_ATTN_EXT) {
+            const ggml_tensor * x_end = (const ggml_tensor *) x;
+            const size_t nx = ggml_nbytes(x_end), nd = ggml_nbytes(n);
+            const char * xd = (const char *) x->data, * dd = (const char *) n->data;
+            const bool apart = dd + nd <= xd || xd + nx <= dd;   // the output may not overwrite q before it is read
+            return q != rope && n->src[0] == q && q->view_src == rope && ggml_cuda_turbo_fattn_pair_supported(n) &&
+                n->src[0]->ne[1] <= GGML_CUDA_TURBO_FA_MAX_BATCH && n->src[0]->ne[0] == D &&
+                turbo_fattn_uses_mma(n->src[1], n->src[2]) && apart ? j - i : 0;
+        }
+        if (!is_view) {
+            return 0;   // another computed node in between
+        }
+        if (n->src[0] == q) {
+            if (ggml_node_get_use_count(cgraph, j) != 1) {
+                return 0;
+            }
+            q = n;
+        }
+    }
+    return 0;
+}
+
+void ggml_cuda_turbo_rope_fa(ggml_backend_cuda_context & ctx, const ggml_tensor * rope, ggml_tensor * fa) {
+    turbo_fattn_decode(ctx, fa, rope);
 }

@@ -36,6 +36,9 @@ struct turbo_fa_params {
     // tensor-core kernel only (TURBO_FA_WARP_PARTIALS=1): every warp writes its own partial result (slot split x
     // TURBO_MMA_WARPS + warp) instead of the block merging its warps first; the combine kernel merges them all
     int warp_partials;
+    // tensor-core kernel only: Q's RoPE, applied to q as it is loaded (rope.pos == nullptr: Q is used as it is);
+    // then Q points to the ROPE's input (patch 0021, TURBO_FUSE_ROPE_Q=1)
+    turbo_rope rope;
 };
 
 static __device__ __forceinline__ float turbo_alibi_slope(const float max_bias, const uint32_t h, const uint32_t n_head_log2, const float m0, const float m1) {

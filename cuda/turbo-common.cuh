@@ -287,3 +287,63 @@ static __device__ __forceinline__ void turbo_warp_decode(const uint8_t * src_blo
         }
     }
 }
+
+// ---- RoPE on load -------------------------------------------------------------------------------------------------
+// upstream's ROPE (normal or neox), done by a turbo kernel on the values it loads: the K rows when llama's RoPE of K
+// is fused into the K write (patch 0018; run 12: 32 launches fewer per token), q in the decode attention kernel when
+// Q's RoPE is deferred into it (patch 0020, TURBO_FUSE_ROPE_Q=1). The same float operations as ggml-cuda's rope
+// kernels (rope.cu), per value (cuda/host-check/rope_check.sh compares them with ggml's CPU ROPE)
+struct turbo_rope {
+    const int32_t * pos;   // one position per token (row); nullptr: no rope
+    const float * freq_factors;
+    int D, n_dims, n_offs, neox;
+    float theta_scale, freq_scale, ext_factor, attn_factor, corr0, corr1;
+};
+
+// cos and sin of the rotation of pair iw (its first index relative to n_offs), YaRN-corrected as upstream does
+static __device__ __forceinline__ void turbo_rope_cs(const turbo_rope & r, const float p, const int iw, float & c, float & s) {
+    const float theta_base = p*powf(r.theta_scale, iw/2.0f);
+    const float theta_extrap = theta_base/(r.freq_factors ? r.freq_factors[iw/2] : 1.0f);
+    const float theta_interp = r.freq_scale*theta_extrap;
+    float theta = theta_interp;
+    float mscale = r.attn_factor;
+    if (r.ext_factor != 0.0f) {
+        const float y = (iw/2 - r.corr0) / fmaxf(0.001f, r.corr1 - r.corr0);
+        const float ramp_mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y)))*r.ext_factor;
+        theta = theta_interp*(1 - ramp_mix) + theta_extrap*ramp_mix;
+        mscale *= 1.0f + 0.1f*logf(1.0f/r.freq_scale);
+    }
+    c = cosf(theta)*mscale;
+    s = sinf(theta)*mscale;
+}
+
+// rotates the warp's block: value lane + 32k sits at index e0 + lane + 32k of its head; normal pairs (2m, 2m + 1)
+// sit in neighbouring lanes, neox pairs (m, m + 64) of a 128-wide head in the same lane (the host checks this)
+static __device__ __forceinline__ void turbo_rope_block(const turbo_rope & r, float v[4], const int e0, const int32_t pos,
+        const int lane) {
+    const float p = (float) pos;
+    float o[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int e = e0 + lane + 32*k;
+        const float partner = r.neox ? v[k ^ 2] : __shfl_xor_sync(0xffffffff, v[k], 1);
+        o[k] = v[k];
+        if (e < r.n_offs || e >= r.n_offs + r.n_dims) {
+            continue;
+        }
+        const bool first = r.neox ? (e - r.n_offs) < r.n_dims/2 : ((e - r.n_offs) & 1) == 0;
+        const int iw = r.neox ? 2*((e - r.n_offs) % (r.n_dims/2)) : (e - r.n_offs) & ~1;
+        float c, s;
+        turbo_rope_cs(r, p, iw, c, s);
+        const float x0 = first ? v[k] : partner, x1 = first ? partner : v[k];
+        o[k] = first ? x0*c - x1*s : x0*s + x1*c;
+    }
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        v[k] = o[k];
+    }
+}
+
+// the ROPE node's parameters (host); r.pos = its positions, r.freq_factors = its frequency factors or nullptr
+void ggml_cuda_turbo_rope_params(const ggml_tensor * rope, turbo_rope & r);
+// ---- end of RoPE on load

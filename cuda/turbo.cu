@@ -38,16 +38,6 @@ template <> __device__ __forceinline__ half turbo_from_f32<half>(float x) { retu
 
 // ---- SET_ROWS -------------------------------------------------------------------------------------
 
-// upstream's ROPE (normal or neox) of the K rows, done on load when llama's RoPE of K is fused into the K write
-// (patch 0018; run 12: 32 launches fewer per token): the same float operations as ggml-cuda's rope kernels
-// (rope.cu), per value
-struct turbo_rope {
-    const int32_t * pos;   // one position per token (row); nullptr: no rope
-    const float * freq_factors;
-    int D, n_dims, n_offs, neox;
-    float theta_scale, freq_scale, ext_factor, attn_factor, corr0, corr1;
-};
-
 // one SET_ROWS into a turbo tensor, as the kernel sees it (element strides of src0 and src1, byte strides of dst)
 struct turbo_set_rows_job {
     const void * src0; const void * src1; char * dst;
@@ -57,50 +47,6 @@ struct turbo_set_rows_job {
     const float * off;   // the key offset row subtracted on load (fused SUB), or nullptr
     turbo_rope rope;     // RoPE applied before the offset (fused ROPE), rope.pos == nullptr when none
 };
-
-// cos and sin of the rotation of pair iw (its first index relative to n_offs), YaRN-corrected as upstream does
-static __device__ __forceinline__ void turbo_rope_cs(const turbo_rope & r, const float p, const int iw, float & c, float & s) {
-    const float theta_base = p*powf(r.theta_scale, iw/2.0f);
-    const float theta_extrap = theta_base/(r.freq_factors ? r.freq_factors[iw/2] : 1.0f);
-    const float theta_interp = r.freq_scale*theta_extrap;
-    float theta = theta_interp;
-    float mscale = r.attn_factor;
-    if (r.ext_factor != 0.0f) {
-        const float y = (iw/2 - r.corr0) / fmaxf(0.001f, r.corr1 - r.corr0);
-        const float ramp_mix = (1.0f - fminf(1.0f, fmaxf(0.0f, y)))*r.ext_factor;
-        theta = theta_interp*(1 - ramp_mix) + theta_extrap*ramp_mix;
-        mscale *= 1.0f + 0.1f*logf(1.0f/r.freq_scale);
-    }
-    c = cosf(theta)*mscale;
-    s = sinf(theta)*mscale;
-}
-
-// rotates the warp's block: value lane + 32k sits at index e0 + lane + 32k of its head; normal pairs (2m, 2m + 1)
-// sit in neighbouring lanes, neox pairs (m, m + 64) of a 128-wide head in the same lane (the host checks this)
-static __device__ __forceinline__ void turbo_rope_block(const turbo_rope & r, float v[4], const int e0, const int32_t pos,
-        const int lane) {
-    const float p = (float) pos;
-    float o[4];
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        const int e = e0 + lane + 32*k;
-        const float partner = r.neox ? v[k ^ 2] : __shfl_xor_sync(0xffffffff, v[k], 1);
-        o[k] = v[k];
-        if (e < r.n_offs || e >= r.n_offs + r.n_dims) {
-            continue;
-        }
-        const bool first = r.neox ? (e - r.n_offs) < r.n_dims/2 : ((e - r.n_offs) & 1) == 0;
-        const int iw = r.neox ? 2*((e - r.n_offs) % (r.n_dims/2)) : (e - r.n_offs) & ~1;
-        float c, s;
-        turbo_rope_cs(r, p, iw, c, s);
-        const float x0 = first ? v[k] : partner, x1 = first ? partner : v[k];
-        o[k] = first ? x0*c - x1*s : x0*s + x1*c;
-    }
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        v[k] = o[k];
-    }
-}
 
 // one warp per 128-value block of src0: rows go to the dst rows that src1 names
 template <typename src_t, typename idx_t, int bits>
@@ -413,27 +359,31 @@ static turbo_set_rows_job turbo_set_rows_job_of(const ggml_tensor * src0, const 
     return j;
 }
 
+void ggml_cuda_turbo_rope_params(const ggml_tensor * rope, turbo_rope & r) {
+    const int32_t * op = (const int32_t *) rope->op_params;
+    float freq_base, beta_fast, beta_slow;
+    memcpy(&freq_base,     op +  5, sizeof(float));
+    memcpy(&r.freq_scale,  op +  6, sizeof(float));
+    memcpy(&r.ext_factor,  op +  7, sizeof(float));
+    memcpy(&r.attn_factor, op +  8, sizeof(float));
+    memcpy(&beta_fast,     op +  9, sizeof(float));
+    memcpy(&beta_slow,     op + 10, sizeof(float));
+    r.n_dims = op[1];
+    r.neox   = (op[2] & GGML_ROPE_TYPE_NEOX) != 0;
+    r.n_offs = op[15];
+    r.D      = (int) rope->src[0]->ne[0];
+    r.theta_scale = powf(freq_base, -2.0f/r.n_dims);
+    float corr[2];
+    ggml_rope_yarn_corr_dims(r.n_dims, op[4], freq_base, beta_fast, beta_slow, corr);
+    r.corr0 = corr[0]; r.corr1 = corr[1];
+    r.pos = (const int32_t *) rope->src[1]->data;
+    r.freq_factors = rope->src[2] ? (const float *) rope->src[2]->data : nullptr;
+}
+
 // the job reads the ROPE's input instead of its (viewed) output, and rotates it as upstream's ROPE would
 static void turbo_rope_of(const ggml_tensor * rope, turbo_set_rows_job & j) {
     const ggml_tensor * x = rope->src[0];
-    const int32_t * op = (const int32_t *) rope->op_params;
-    float freq_base, beta_fast, beta_slow;
-    memcpy(&freq_base,          op +  5, sizeof(float));
-    memcpy(&j.rope.freq_scale,  op +  6, sizeof(float));
-    memcpy(&j.rope.ext_factor,  op +  7, sizeof(float));
-    memcpy(&j.rope.attn_factor, op +  8, sizeof(float));
-    memcpy(&beta_fast,          op +  9, sizeof(float));
-    memcpy(&beta_slow,          op + 10, sizeof(float));
-    j.rope.n_dims = op[1];
-    j.rope.neox   = (op[2] & GGML_ROPE_TYPE_NEOX) != 0;
-    j.rope.n_offs = op[15];
-    j.rope.D      = (int) x->ne[0];
-    j.rope.theta_scale = powf(freq_base, -2.0f/j.rope.n_dims);
-    float corr[2];
-    ggml_rope_yarn_corr_dims(j.rope.n_dims, op[4], freq_base, beta_fast, beta_slow, corr);
-    j.rope.corr0 = corr[0]; j.rope.corr1 = corr[1];
-    j.rope.pos = (const int32_t *) rope->src[1]->data;
-    j.rope.freq_factors = rope->src[2] ? (const float *) rope->src[2]->data : nullptr;
+    ggml_cuda_turbo_rope_params(rope, j.rope);
     j.src0 = x->data;
     j.s01  = x->nb[2]/sizeof(float);   // one token's heads are contiguous (checked by the caller)
 }

@@ -61,6 +61,10 @@ to_fp32_nc_cuda_t ggml_cuda_turbo_get_to_fp32_nc(ggml_type type);
 #define GGML_CUDA_TURBO_FA_MAX_BATCH 8
 bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst);
 void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
+// llama's ROPE of Q done by the decode attention kernel on load (TURBO_FUSE_ROPE_Q=1): the fusable check gives
+// how many nodes after the ROPE (node i) the attention node sits, or 0
+int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, int i);
+void ggml_cuda_turbo_rope_fa(ggml_backend_cuda_context & ctx, const ggml_tensor * rope, ggml_tensor * fa);
 // prefill (larger batches) with turbo K and/or V through upstream's f16 kernels in the rotated domain;
 // false when it does not apply (then the generic path converts the cache to f16)
 bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor * dst);

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fused-RoPE math of cuda/turbo.cu (turbo_rope_cs, turbo_rope_block), compiled as host code with
+# The fused-RoPE math of cuda/turbo-common.cuh (turbo_rope_cs, turbo_rope_block), compiled as host code with
 # a warp emulated lane by lane, against ggml's CPU ROPE (normal, neox, with and without YaRN). Needs the CPU
 # build of turbo-llama (`turbo-llama build`); prints max |diff| per case (float angles: it grows with position).
 set -eu
@@ -7,7 +7,7 @@ here=$(cd "$(dirname "$0")" && pwd)
 src=${TURBO_LLAMA_SRC:-$HOME/.cache/turbo-llama/src/llama.cpp}
 bld=${TURBO_LLAMA_BUILD:-$HOME/.cache/turbo-llama/build/cpu}
 tmp=$(mktemp -d)
-python3 - "$here/../turbo.cu" "$tmp/rope_src.inc" <<'PY'
+python3 - "$here/../turbo-common.cuh" "$tmp/rope_src.inc" <<'PY'
 import sys
 s = open(sys.argv[1]).read()
 a = s.index('struct turbo_rope {'); b = s.index('};', a) + 2
