@@ -234,8 +234,8 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
 // TURBO_FUSE_ROPE_Q=1 (prepared after run 16, not yet run on a GPU): llama's RoPE of Q, when only the decode
 // attention reads it (ROPE -> PERMUTE -> views -> FLASH_ATTN_EXT, patch 0020 puts them next to each other), is done
 // by the attention kernel as it loads q: one launch fewer per layer and token. Returns how many nodes after the
-// ROPE (node i) the fused attention takes, or 0. Normal RoPE of any even width, neox for 128-wide heads rotated
-// whole (as 0018's K RoPE); the tensor-core kernel only; the ROPE's input read in place of its output (same layout).
+// ROPE (node i) the fused attention takes, or 0. The RoPEs that 0018's K write does (ggml_cuda_turbo_rope_on_load_ok);
+// the tensor-core kernel only; the ROPE's input read in place of its output (same layout).
 int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
     static const bool on = ggml_cuda_turbo_env_int("TURBO_FUSE_ROPE_Q", 0) != 0;
     const ggml_tensor * rope = cgraph->nodes[i];
@@ -243,14 +243,8 @@ int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
         return 0;
     }
     const ggml_tensor * x = rope->src[0];
-    const int32_t * op = (const int32_t *) rope->op_params;
-    const int n_dims = op[1], mode = op[2], n_offs = op[15];
     const int64_t D = x->ne[0];
-    const bool shape_ok = rope->type == GGML_TYPE_F32 && x->type == GGML_TYPE_F32 && ggml_are_same_layout(x, rope) &&
-        rope->src[1]->type == GGML_TYPE_I32 && rope->src[1]->ne[0] == x->ne[2] && x->ne[3] == 1;
-    const bool mode_ok = (mode == GGML_ROPE_TYPE_NORMAL && n_dims % 2 == 0 && n_offs % 2 == 0 && n_offs + n_dims <= D) ||
-        (mode == GGML_ROPE_TYPE_NEOX && D == QK_TURBO && n_dims == QK_TURBO && n_offs == 0);
-    if (!shape_ok || !mode_ok) {
+    if (!ggml_cuda_turbo_rope_on_load_ok(rope) || !ggml_are_same_layout(x, rope)) {
         return 0;
     }
     // the ROPE's one consumer is a chain of views (one use each) whose end is Q of the attention, with views between
@@ -260,8 +254,7 @@ int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
         const bool is_view = n->op == GGML_OP_VIEW || n->op == GGML_OP_PERMUTE || n->op == GGML_OP_RESHAPE ||
             n->op == GGML_OP_TRANSPOSE || n->op == GGML_OP_NONE;
         if (n->op == GGML_OP_FLASH_ATTN_EXT) {
-            const ggml_tensor * x_end = (const ggml_tensor *) x;
-            const size_t nx = ggml_nbytes(x_end), nd = ggml_nbytes(n);
+            const size_t nx = ggml_nbytes(x), nd = ggml_nbytes(n);
             const char * xd = (const char *) x->data, * dd = (const char *) n->data;
             const bool apart = dd + nd <= xd || xd + nx <= dd;   // the output may not overwrite q before it is read
             return q != rope && n->src[0] == q && q->view_src == rope && ggml_cuda_turbo_fattn_pair_supported(n) &&

@@ -526,15 +526,24 @@ bool ggml_cuda_turbo_rope_set_rows_fusable(const ggml_tensor * rope, const ggml_
         return false;
     }
     const ggml_tensor * x = rope->src[0];
+    const int64_t D = x->ne[0];
+    const bool shape_ok = x->nb[0] == sizeof(float) && x->nb[1] == D*sizeof(float) && ggml_is_contiguous(view) &&
+        view->ne[0] == x->ne[0]*x->ne[1] && view->ne[1] == x->ne[2];
+    return shape_ok && ggml_cuda_turbo_rope_on_load_ok(rope);
+}
+
+// what turbo_rope_block can do (K's RoPE in the write, Q's in the attention): f32 in and out, one position per token,
+// no ne[3]; normal RoPE of any even width, neox only for 128-wide heads rotated whole (a neox pair is then in one lane)
+bool ggml_cuda_turbo_rope_on_load_ok(const ggml_tensor * rope) {
+    const ggml_tensor * x = rope->src[0];
     const int32_t * op = (const int32_t *) rope->op_params;
     const int n_dims = op[1], mode = op[2], n_offs = op[15];
     const int64_t D = x->ne[0];
-    const bool shape_ok = rope->type == GGML_TYPE_F32 && x->type == GGML_TYPE_F32 && rope->src[1]->type == GGML_TYPE_I32 &&
-        x->ne[3] == 1 && x->nb[0] == sizeof(float) && x->nb[1] == D*sizeof(float) && ggml_is_contiguous(view) &&
-        view->ne[0] == x->ne[0]*x->ne[1] && view->ne[1] == x->ne[2] && rope->src[1]->ne[0] == x->ne[2];
+    const bool types_ok = rope->type == GGML_TYPE_F32 && x->type == GGML_TYPE_F32 && rope->src[1]->type == GGML_TYPE_I32 &&
+        rope->src[1]->ne[0] == x->ne[2] && x->ne[3] == 1;
     const bool mode_ok = (mode == GGML_ROPE_TYPE_NORMAL && n_dims % 2 == 0 && n_offs % 2 == 0 && n_offs + n_dims <= D) ||
         (mode == GGML_ROPE_TYPE_NEOX && D == QK_TURBO && n_dims == QK_TURBO && n_offs == 0);
-    return shape_ok && mode_ok;
+    return types_ok && mode_ok;
 }
 
 // ---- CPY ------------------------------------------------------------------------------------------

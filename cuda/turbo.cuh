@@ -45,6 +45,7 @@ void ggml_cuda_turbo_set_rows_sub(ggml_backend_cuda_context & ctx, const ggml_te
 // K's ROPE -> VIEW before the SUB too (set_rows_v may then be nullptr)
 bool ggml_cuda_turbo_set_rows_pair_fusable(const ggml_tensor * set_rows_k, const ggml_tensor * set_rows_v);
 bool ggml_cuda_turbo_rope_set_rows_fusable(const ggml_tensor * rope, const ggml_tensor * view, const ggml_tensor * sub);
+bool ggml_cuda_turbo_rope_on_load_ok(const ggml_tensor * rope);   // a ROPE that turbo_rope_block can do on load
 void ggml_cuda_turbo_set_rows_sub_pair(ggml_backend_cuda_context & ctx, const ggml_tensor * sub, ggml_tensor * set_rows_k,
         ggml_tensor * set_rows_v, const ggml_tensor * rope = nullptr);
 void ggml_cuda_turbo_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, ggml_tensor * src1);
