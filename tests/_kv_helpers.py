@@ -152,3 +152,15 @@ def rpc_server(exe: Path, log: Path, threads: int = THREADS):
             yield f"127.0.0.1:{port}"
         finally:
             stop_process(p)
+
+
+def link_llama_program(src: Path, exe: Path, build_info: dict) -> Path:
+    """A small C++ program on the public llama.h API (tests/c/), linked against the static libraries of the recorded
+    CPU build: the llama.cpp that is in the tools."""
+    build, root = Path(build_info["build_dir"]), Path(build_info["build_src"])
+    libs = [build / "src" / "libllama.a", *sorted((build / "ggml").rglob("libggml*.a"))]
+    assert libs[0].is_file() and len(libs) >= 4, f"static libraries not found under {build}: {libs}"
+    subprocess.run(["g++", "-O2", "-std=c++17", str(src), f"-I{root / 'include'}", f"-I{root / 'ggml/include'}",
+                    "-Wl,--start-group", *map(str, libs), "-Wl,--end-group", "-fopenmp", "-lpthread", "-lm",
+                    "-o", str(exe)], check=True)
+    return exe

@@ -22,8 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from _kv_helpers import (GPU, OFFLOAD, ServerDied, complete, concurrently, first_divergence, readability, request,
-                         rpc_server, run, server, tail)
+from _kv_helpers import (GPU, OFFLOAD, ServerDied, complete, concurrently, first_divergence, link_llama_program,
+                         readability, request, rpc_server, run, server, tail)
 
 pytestmark = pytest.mark.slow
 
@@ -332,14 +332,8 @@ def kshift_nll(llama_tool, tmp_path_factory):
     assert info and Path(info["build_dir"]).is_dir(), "turbo-llama build left no build record"
     if info.get("cuda"):
         pytest.skip("a CPU measurement: the recorded build is a CUDA one")
-    build, src = Path(info["build_dir"]), Path(info["build_src"])
-    libs = [build / "src" / "libllama.a", *sorted((build / "ggml").rglob("libggml*.a"))]
-    assert libs[0].is_file() and len(libs) >= 4, f"static libraries not found under {build}: {libs}"
-    exe = tmp_path_factory.mktemp("kshift") / "kshift_nll"
-    subprocess.run(["g++", "-O2", "-std=c++17", str(Path(__file__).parent / "c" / "kshift_nll.cpp"),
-                    f"-I{src / 'include'}", f"-I{src / 'ggml/include'}", "-Wl,--start-group", *map(str, libs),
-                    "-Wl,--end-group", "-fopenmp", "-lpthread", "-lm", "-o", str(exe)], check=True)
-    return exe
+    return link_llama_program(Path(__file__).parent / "c" / "kshift_nll.cpp",
+                              tmp_path_factory.mktemp("kshift") / "kshift_nll", info)
 
 
 @pytest.mark.parametrize("ctk, ctv", KSHIFT_PAIRS)
