@@ -16,6 +16,8 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+import pytest
+
 from turbo_llama.llama_tools import LlamaServer, free_port, stop_process
 
 THREADS = 2
@@ -154,10 +156,16 @@ def rpc_server(exe: Path, log: Path, threads: int = THREADS):
             stop_process(p)
 
 
-def link_llama_program(src: Path, exe: Path, build_info: dict) -> Path:
+def link_llama_program(src: Path, exe: Path, llama_tool) -> Path:
     """A small C++ program on the public llama.h API (tests/c/), linked against the static libraries of the recorded
-    CPU build: the llama.cpp that is in the tools."""
-    build, root = Path(build_info["build_dir"]), Path(build_info["build_src"])
+    CPU build: the llama.cpp that is in the tools (skips when that build is a CUDA one)."""
+    from turbo_llama.build import installed_info
+    llama_tool("llama-completion")  # skips/fails with the build hint when nothing is built
+    info = installed_info()
+    assert info and Path(info["build_dir"]).is_dir(), "turbo-llama build left no build record"
+    if info.get("cuda"):
+        pytest.skip("links the CPU build's static libraries; the recorded build is a CUDA one")
+    build, root = Path(info["build_dir"]), Path(info["build_src"])
     libs = [build / "src" / "libllama.a", *sorted((build / "ggml").rglob("libggml*.a"))]
     assert libs[0].is_file() and len(libs) >= 4, f"static libraries not found under {build}: {libs}"
     subprocess.run(["g++", "-O2", "-std=c++17", str(src), f"-I{root / 'include'}", f"-I{root / 'ggml/include'}",

@@ -326,14 +326,8 @@ def kshift_nll(llama_tool, tmp_path_factory):
     tests/test_llama_cpu.py): the llama.cpp that is in the tools."""
     if GPU or os.environ.get("TURBO_LLAMA_BIN_DIR"):
         pytest.skip("a CPU measurement: it links the CPU build's static libraries")
-    from turbo_llama.build import installed_info
-    llama_tool("llama-completion")  # skips/fails with the build hint when nothing is built
-    info = installed_info()
-    assert info and Path(info["build_dir"]).is_dir(), "turbo-llama build left no build record"
-    if info.get("cuda"):
-        pytest.skip("a CPU measurement: the recorded build is a CUDA one")
     return link_llama_program(Path(__file__).parent / "c" / "kshift_nll.cpp",
-                              tmp_path_factory.mktemp("kshift") / "kshift_nll", info)
+                              tmp_path_factory.mktemp("kshift") / "kshift_nll", llama_tool)
 
 
 @pytest.mark.parametrize("ctk, ctv", KSHIFT_PAIRS)
