@@ -251,8 +251,6 @@ int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
     const ggml_tensor * q = rope;
     for (int j = i + 1; j < cgraph->n_nodes && j <= i + 8; ++j) {
         const ggml_tensor * n = cgraph->nodes[j];
-        const bool is_view = n->op == GGML_OP_VIEW || n->op == GGML_OP_PERMUTE || n->op == GGML_OP_RESHAPE ||
-            n->op == GGML_OP_TRANSPOSE || n->op == GGML_OP_NONE;
         if (n->op == GGML_OP_FLASH_ATTN_EXT) {
             const size_t nx = ggml_nbytes(x), nd = ggml_nbytes(n);
             const char * xd = (const char *) x->data, * dd = (const char *) n->data;
@@ -261,7 +259,7 @@ int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
                 n->src[0]->ne[1] <= GGML_CUDA_TURBO_FA_MAX_BATCH && n->src[0]->ne[0] == D &&
                 turbo_fattn_uses_mma(n->src[1], n->src[2]) && apart ? j - i : 0;
         }
-        if (!is_view) {
+        if (!ggml_op_is_empty(n->op)) {
             return 0;   // another computed node in between
         }
         if (n->src[0] == q) {
