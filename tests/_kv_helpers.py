@@ -164,7 +164,9 @@ def link_llama_program(src: Path, exe: Path, llama_tool) -> Path:
     info = installed_info()
     assert info and Path(info["build_dir"]).is_dir(), "turbo-llama build left no build record"
     if info.get("cuda"):
-        pytest.skip("links the CPU build's static libraries; the recorded build is a CUDA one")
+        # a CUDA build's static libraries need the CUDA runtime to link; these programs measure the CPU path
+        pytest.skip("needs the CPU build's static libraries, and the recorded build is a CUDA one "
+                    "(`turbo-llama build` without --cuda records a CPU build)")
     build, root = Path(info["build_dir"]), Path(info["build_src"])
     libs = [build / "src" / "libllama.a", *sorted((build / "ggml").rglob("libggml*.a"))]
     assert libs[0].is_file() and len(libs) >= 4, f"static libraries not found under {build}: {libs}"
