@@ -89,14 +89,9 @@ struct turbo_mma_stage_cfg {
     static constexpr int ALIGN = 15;                           // a row's start offset in its staged copy: address & ALIGN
     static constexpr int WORDS = TURBO_MMA_KEYS*(KW + VW);     // one stage
     static constexpr int TPS = VAR == 11 || VAR == 13 ? 2 : 1;  // v14: tiles per warp step
-    static constexpr bool PAIR = VAR == 21;                    // v19: two warps per tile, one half of the dims each
-    static constexpr int NSTAGE = TPS == 2 || PAIR ? 4 : NB == 1 ? 3 : 2;  // stages of the ring (shared memory: 48 KB static)
+    static constexpr int NSTAGE = TPS == 2 ? 4 : NB == 1 ? 3 : 2;  // stages of the ring (shared memory: 48 KB static)
     static constexpr int GROUPS = NSTAGE/TPS;                  // a step's TPS stages are one cp.async group
-    // groups in flight ahead of the step's own: v19 refills the group read two steps back (see the loop)
-    static constexpr int AHEAD = PAIR ? GROUPS - 2 : GROUPS - 1;
-    static constexpr int NT = PAIR ? 2*WARP_SIZE : WARP_SIZE;  // threads that stage a tile
     static_assert(TPS == 1 || NB == 1, "v14 is compiled for D = 128 only (shared memory)");
-    static_assert(!PAIR || NB == 1, "v19 is compiled for D = 128 only");
 };
 
 // asynchronous copy of 16 bytes to shared memory, L2 only; src_bytes < 16 zero-fills the rest
@@ -121,16 +116,15 @@ template <int N> static __device__ __forceinline__ void turbo_cp_async_wait() {
 // v10: the copies of one stage without a 64-bit multiply per chunk. A lane's chunks sit at fixed keys kk and
 // chunk numbers c of every tile, and a tile starts at a multiple of 16 keys, so (row & 15) does not depend on the
 // tile: each chunk's byte offset from the tile's first row is computed once, and a tile adds t1*16*nb1.
-// NT threads (a warp, or v19's pair of warps) share a tile's copies; lane is the thread's index among them.
-template <int NC, int RW, int NT = WARP_SIZE>
+template <int NC, int RW>
 struct turbo_mma_chunk_src {
-    static constexpr int SLOTS = (TURBO_MMA_KEYS*NC + NT - 1)/NT;
+    static constexpr int SLOTS = (TURBO_MMA_KEYS*NC + WARP_SIZE - 1)/WARP_SIZE;
     int off[SLOTS];
 
     __device__ __forceinline__ void init(const char * base, const int64_t nb1, const int lane) {
 #pragma unroll
         for (int s = 0; s < SLOTS; ++s) {
-            const int i = lane + NT*s, kk = i / NC, c = i % NC;
+            const int i = lane + WARP_SIZE*s, kk = i / NC, c = i % NC;
             const int64_t rel = (int64_t) kk*nb1;
             off[s] = (int) (rel - (int64_t) (((uintptr_t) base + rel) & 15) + 16*c);
         }
@@ -143,7 +137,7 @@ struct turbo_mma_chunk_src {
         const char * safe = (const char *) ((uintptr_t) base & ~(uintptr_t) 15);
 #pragma unroll
         for (int s = 0; s < SLOTS; ++s) {
-            const int i = lane + NT*s;
+            const int i = lane + WARP_SIZE*s;
             if (i < TURBO_MMA_KEYS*NC) {
                 const bool ok = t1*TURBO_MMA_KEYS + i / NC < n_kv;
                 turbo_cp_async16(dst0 + 4*((i / NC)*RW + 4*(i % NC)), ok ? tile + off[s] : safe, ok ? 16 : 0);
@@ -197,15 +191,6 @@ struct turbo_mma_vpair {
     }
 };
 
-// v19: the two warps of a pair meet (named barrier 1 + pair, 64 threads; 0 is __syncthreads)
-static __device__ __forceinline__ void turbo_pair_sync(const int pair) {
-    if (pair == 0) {   // immediate ids: a register id makes ptxas reserve all 16 barriers
-        asm volatile("bar.sync 1, 64;" ::: "memory");
-    } else {
-        asm volatile("bar.sync 2, 64;" ::: "memory");
-    }
-}
-
 // TURBO_FA_CLUSTER=1 (run 12: no gain measured): the splits of a row group as one thread-block cluster (sm_90). Each block has left its
 // warps' merged output in its shared memory (om: rows x D, unnormalised; mc/lc: row maxima in base e and sums);
 // the cluster's warps then take the (row, 128-block) pieces in turn, merge them over the blocks through distributed
@@ -243,11 +228,10 @@ static __device__ __forceinline__ void turbo_mma_cluster_merge(const turbo_fa_pa
 // 12 = v11 merging its splits in a thread-block cluster; 13 = v14, v11 with two 16-key tiles per warp step (both
 // tiles' scores as independent chains, one softmax update for their 32 keys, then both P.V) and registers for 3
 // blocks per SM, D = 128 only (the default for turbo3 V from 16K keys up, fattn-turbo.cu); 11 = v18, v14 at 4 blocks
-// per SM with q's fragments in shared memory (run 15: slower for turbo3, 3% faster for turbo2 at 128K); 21 = v19,
-// two warps per tile, each with one half of the dims (D = 128; prepared after run 16, not yet run on a GPU). Earlier variants (v4-v7, v12, v14 at 4 blocks
+// per SM with q's fragments in shared memory (not yet run on a GPU). Earlier variants (v4-v7, v12, v14 at 4 blocks
 // per SM with q in registers, v15, v16, v17) and their measurements are in results/cuda-fa-notes.md.
 template <int D, ggml_type type_K, ggml_type type_V, int VAR>
-__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 13 ? 3 : VAR == 21 ? 5 : TURBO_MMA_MIN_BLOCKS) : 1)
+__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 13 ? 3 : TURBO_MMA_MIN_BLOCKS) : 1)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #ifndef AMPERE_MMA_AVAILABLE
     GGML_UNUSED(p);
@@ -268,15 +252,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // VAR 12 = v11 with the splits merged in a thread-block cluster (see turbo_mma_cluster_merge). A variant of its
     // own: the merge code in every kernel costs the loop ~125 more instructions per step (registers), static count
     constexpr bool CLUSTER = VAR == 12;
-    // VAR 21 = v19: the two warps of a pair walk the same tiles, each with one half of the dims: 64 of K's (partial
-    // scores, which the pair adds up through shared memory) and 64 of V's (its own half of O^T). Half the registers
-    // for O and q (more warps per SM) and half of each step's decode chain per warp, for a second softmax and two
-    // pair barriers per step. Meant for the latency-bound loop (run 11-14: ~3 warps per scheduler, issue half used)
-    constexpr bool PAIR = cfg::PAIR;
-    constexpr int NKW = PAIR ? NW/2 : NW;       // warps (v19: pairs) that walk different tiles
-    constexpr int NBO = PAIR ? 4 : 8;           // O^T fragments (16 dims each) of a 128-block per warp
-    static_assert(!(PAIR && (CLUSTER || QSH || TPS != 1)), "v19 is a variant of v11");
-    constexpr int RING = NKW*cfg::NSTAGE*cfg::WORDS;                  // staging ring, words
+    constexpr int RING = NW*cfg::NSTAGE*cfg::WORDS;                   // staging ring, words
     constexpr int OSZ  = NW*NR*D;                                     // the warps' outputs (epilogue), floats
     __shared__ float    q_sh[NR*QS];
     __shared__ __align__(256) uint32_t pairK[64];
@@ -284,16 +260,12 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     __shared__ float    Ms[NW*NR], Ls[NW*NR];
     __shared__ float    Mc[NR], Lc[NR];                           // cluster merge: this block's row maxima and sums
     __shared__ uint32_t ring_os[RING > OSZ ? RING : OSZ];             // the ring is dead when the outputs are written
-    __shared__ float4   Sx[PAIR ? NW*WARP_SIZE : 1];                  // v19: each warp's partial scores of the step
     float * Os = (float *) ring_os;
 
     const int tid  = threadIdx.x;
     const int lane = tid % WARP_SIZE;
     const int warp = tid / WARP_SIZE;
     const int g = lane >> 2, t = lane & 3;
-    const int kw = PAIR ? warp/2 : warp;        // the warp's tiles: tt = t_begin + kw, + NKW, ...
-    const int dh = PAIR ? warp%2 : 0;           // v19: its half of the dims
-    const int cl = PAIR ? dh*WARP_SIZE + lane : lane;   // its index among the threads that stage its tiles
 
     // grid: (split, KV head x row group) or, with heads_first, (KV head x row group, split): then the blocks
     // that read the same cache rows for different heads are launched together
@@ -316,24 +288,24 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     const int n_tiles = (p.n_kv + TURBO_MMA_KEYS - 1) / TURBO_MMA_KEYS;
     const int t_begin = split*p.tiles_per_split;
     const int t_end   = min(n_tiles, t_begin + p.tiles_per_split);
-    uint32_t * ring = ring_os + kw*cfg::NSTAGE*cfg::WORDS;
+    uint32_t * ring = ring_os + warp*cfg::NSTAGE*cfg::WORDS;
     // one stage's copies: K rows then V rows of the 16 keys of tile t1
-    turbo_mma_chunk_src<cfg::KC, cfg::KW, cfg::NT> ksrc;
-    turbo_mma_chunk_src<cfg::VC, cfg::VW, cfg::NT> vsrc;
-    ksrc.init(Kb, p.nb11, cl);
-    vsrc.init(Vb, p.nb21, cl);
+    turbo_mma_chunk_src<cfg::KC, cfg::KW> ksrc;
+    turbo_mma_chunk_src<cfg::VC, cfg::VW> vsrc;
+    ksrc.init(Kb, p.nb11, lane);
+    vsrc.init(Vb, p.nb21, lane);
     auto stage = [&](uint32_t * st, const int t1) {
-        ksrc.copy(st, Kb, p.nb11, t1, p.n_kv, cl);
-        vsrc.copy(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1, p.n_kv, cl);
+        ksrc.copy(st, Kb, p.nb11, t1, p.n_kv, lane);
+        vsrc.copy(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1, p.n_kv, lane);
     };
     // TURBO_PDL: everything above reads no memory that the kernels before write; the K/V write of this step is one
     ggml_cuda_pdl_sync();
     // the first stages' K/V copies go out before the Q prologue, so that their latency overlaps it (short
     // contexts are latency: a warp there has one or two steps)
-    int tt = t_begin + kw;
+    int tt = t_begin + warp;
 #pragma unroll
-    for (int st = 0; st < cfg::AHEAD*TPS; ++st) {
-        const int t1 = tt + st*NKW;
+    for (int st = 0; st < (cfg::GROUPS - 1)*TPS; ++st) {
+        const int t1 = tt + st*NW;
         if (t1 < t_end) {
             stage(ring + st*cfg::WORDS, t1);
         }
@@ -381,14 +353,12 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     }
     __syncthreads();
     // B fragments of Q^T: chunk c = 8*blk + cc holds dims 128 blk + 32t + 4cc + {0,1} (b0), {2,3} (b1) of row g
-    // (v19: the warp's half, cc = 4 dh .. 4 dh + 3, as qb[4 blk + cc - 4 dh])
-    uint32_t qb[NB*NBO][2];
+    uint32_t qb[NB*8][2];
 #pragma unroll
-    for (int cq = 0; cq < NB*NBO; ++cq) {
-        const int c = PAIR ? 8*(cq >> 2) + 4*dh + (cq & 3) : cq;
+    for (int c = 0; c < NB*8; ++c) {
         const float * qr = q_sh + g*QS + (c >> 3)*QK_TURBO + 32*t + 4*(c & 7);
-        qb[cq][0] = turbo_h2_bits(qr[0]*TURBO_CUDA_INV_SQRT_QK, qr[1]*TURBO_CUDA_INV_SQRT_QK);
-        qb[cq][1] = turbo_h2_bits(qr[2]*TURBO_CUDA_INV_SQRT_QK, qr[3]*TURBO_CUDA_INV_SQRT_QK);
+        qb[c][0] = turbo_h2_bits(qr[0]*TURBO_CUDA_INV_SQRT_QK, qr[1]*TURBO_CUDA_INV_SQRT_QK);
+        qb[c][1] = turbo_h2_bits(qr[2]*TURBO_CUDA_INV_SQRT_QK, qr[3]*TURBO_CUDA_INV_SQRT_QK);
     }
     // v18: the fragments (the same in every warp) replace q in q_sh: chunk c of lane l at uint2 c*32 + l
     const uint32_t qfrag_sh = (uint32_t) __cvta_generic_to_shared(q_sh) + 8*lane;
@@ -397,7 +367,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         __syncthreads();   // every warp has read q_sh
         if (warp == 0) {
 #pragma unroll
-            for (int c = 0; c < NB*NBO; ++c) {
+            for (int c = 0; c < NB*8; ++c) {
                 ((uint2 *) q_sh)[c*WARP_SIZE + lane] = make_uint2(qb[c][0], qb[c][1]);
             }
         }
@@ -430,9 +400,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     const float cap  = p.logit_softcap*LOG2E;
     const float icap = p.logit_softcap != 0.0f ? 1.0f/cap : 0.0f;
 
-    float o[NB*NBO][4];
+    float o[NB*8][4];
 #pragma unroll
-    for (int j = 0; j < NB*NBO; ++j) {
+    for (int j = 0; j < NB*8; ++j) {
         o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     }
     float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f};
@@ -480,24 +450,22 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
                 const uint32_t * kr = kst + (g + 8*i)*cfg::KW;
-                // v19: the warp's half of the lane's 32 dims only (lo0 then holds lo1's when dh = 1)
-                lo0[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 2 + 4*dh + 8*t);
-                lo1[i] = PAIR ? 0u : turbo_sh_u32(kr, ksh[i] + b*KBS + 6 + 8*t);
+                lo0[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 2 + 8*t);
+                lo1[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 6 + 8*t);
                 hi[i]  = KBITS == 3 ? turbo_sh_u32(kr, ksh[i] + b*KBS + 34 + 4*t) : 0u;
             }
             float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
             // per key: index words of pairs 0,2,4,6 | 1,3,5,7 (lo0) and 8,10,12,14 | 9,11,13,15 (lo1)
             uint32_t ix[2][4];
-            const uint32_t sel0 = PAIR && dh ? 0x3322 : 0x1100;
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
-                ix[i][0] = turbo_mma_idx4<KBITS, 0>(lo0[i], hi[i], sel0);
-                ix[i][1] = turbo_mma_idx4<KBITS, 1>(lo0[i], hi[i], sel0);
-                ix[i][2] = PAIR ? 0u : turbo_mma_idx4<KBITS, 0>(lo1[i], hi[i], 0x3322);
-                ix[i][3] = PAIR ? 0u : turbo_mma_idx4<KBITS, 1>(lo1[i], hi[i], 0x3322);
+                ix[i][0] = turbo_mma_idx4<KBITS, 0>(lo0[i], hi[i], 0x1100);
+                ix[i][1] = turbo_mma_idx4<KBITS, 1>(lo0[i], hi[i], 0x1100);
+                ix[i][2] = turbo_mma_idx4<KBITS, 0>(lo1[i], hi[i], 0x3322);
+                ix[i][3] = turbo_mma_idx4<KBITS, 1>(lo1[i], hi[i], 0x3322);
             }
 #pragma unroll
-            for (int cc = 0; cc < NBO; ++cc) {
+            for (int cc = 0; cc < 8; ++cc) {
                 const int w = (cc >> 2)*2, n = 2*(cc & 3);   // pair 2cc is nibble n of lo0/lo1
                 uint32_t a[4];
                 a[0] = turbo_mma_pick(pairK_sh, ix[0][w],     n);
@@ -505,22 +473,13 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 a[2] = turbo_mma_pick(pairK_sh, ix[0][w + 1], n + 1);
                 a[3] = turbo_mma_pick(pairK_sh, ix[1][w + 1], n + 1);
                 uint32_t b0, b1;
-                qfrag(NBO*b + cc, b0, b1);
+                qfrag(8*b + cc, b0, b1);
                 turbo_mma_16816<TPS == 1>(sb, a, b0, b1);
             }
             const float n0 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + g*cfg::KW, ksh[0] + b*KBS)));
             const float n1 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + (g + 8)*cfg::KW, ksh[1] + b*KBS)));
             s[0] += sb[0]*n0; s[1] += sb[1]*n0;
             s[2] += sb[2]*n1; s[3] += sb[3]*n1;
-        }
-        if (PAIR) {
-            // v19: the other warp's half of the scores; a + b = b + a, so both warps hold the same bits (an
-            // unfused add: a contracted FMA would round differently in the two warps)
-            Sx[warp*WARP_SIZE + lane] = make_float4(s[0], s[1], s[2], s[3]);
-            turbo_pair_sync(kw);
-            const float4 so = Sx[(warp ^ 1)*WARP_SIZE + lane];
-            s[0] = __fadd_rn(s[0], so.x); s[1] = __fadd_rn(s[1], so.y);
-            s[2] = __fadd_rn(s[2], so.z); s[3] = __fadd_rn(s[3], so.w);
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -567,57 +526,48 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             vx[2][0] = turbo_mma_idx4<VBITS, 0>(v89.lo_e, v89.hi_e, 0x1100); vx[2][1] = turbo_mma_idx4<VBITS, 1>(v89.lo_e, v89.hi_e, 0x1100);
             vx[3][0] = turbo_mma_idx4<VBITS, 0>(v89.lo_o, v89.hi_o, 0x1100); vx[3][1] = turbo_mma_idx4<VBITS, 1>(v89.lo_o, v89.hi_o, 0x1100);
 #pragma unroll
-            for (int jj = 0; jj < NBO; ++jj) {
-                const int jf = PAIR ? 4*dh + jj : jj;   // v19: the warp's half of the 8 (jf & 1 = jj & 1)
+            for (int jj = 0; jj < 8; ++jj) {
                 uint32_t a[4];
 #pragma unroll
                 for (int r = 0; r < 4; ++r) {
-                    a[r] = turbo_mma_pick(pairV_sh, vx[r][jj & 1], jf);
+                    a[r] = turbo_mma_pick(pairV_sh, vx[r][jj & 1], jj);
                 }
-                turbo_mma_16816<TPS == 1>(o[NBO*b + jj], a, pb0, pb1);
+                turbo_mma_16816<TPS == 1>(o[8*b + jj], a, pb0, pb1);
             }
         }
     };
 
-    // a step: TPS tiles (tt, tt + NKW, ...), staged as one group of the ring; AHEAD groups are in flight
-    // v19: the group refilled is the one read two steps back: both warps of the pair have finished reading it at
-    // the score exchange of the step before, so that a pair needs no third barrier per step
-    for (int it = 0; tt < t_end; tt += TPS*NKW, ++it) {
+    // a step: TPS tiles (tt, tt + NW, ...), staged as one group of the ring; GROUPS - 1 groups are in flight
+    for (int it = 0; tt < t_end; tt += TPS*NW, ++it) {
         const uint32_t * gst = ring + (it % cfg::GROUPS)*TPS*cfg::WORDS;   // this step's stages
-        if (!PAIR) {
-            __syncwarp();   // every lane is done with the group refilled below (read in the step before)
-        }
-        uint32_t * nst = ring + ((it + cfg::AHEAD) % cfg::GROUPS)*TPS*cfg::WORDS;
+        __syncwarp();   // every lane is done with the group refilled below (read in the step before)
+        uint32_t * nst = ring + ((it + cfg::GROUPS - 1) % cfg::GROUPS)*TPS*cfg::WORDS;
 #pragma unroll
         for (int u = 0; u < TPS; ++u) {
-            const int t1 = tt + (cfg::AHEAD*TPS + u)*NKW;
+            const int t1 = tt + ((cfg::GROUPS - 1)*TPS + u)*NW;
             if (t1 < t_end) {
                 stage(nst + u*cfg::WORDS, t1);
             }
         }
         turbo_cp_async_commit();
-        turbo_cp_async_wait<cfg::AHEAD>();
-        if (PAIR) {
-            turbo_pair_sync(kw);   // both warps' copies of this step's stage are visible
-        } else {
-            __syncwarp();   // the other lanes' copies of this step's stages are visible
-        }
+        turbo_cp_async_wait<cfg::GROUPS - 1>();
+        __syncwarp();   // the other lanes' copies of this step's stages are visible
         if (NB != 1) {
             staged_offsets(tt*TURBO_MMA_KEYS);   // NB != 1 only with TPS = 1
         }
 
         // a tile past the split's end (only the second of a v14 step, warp-uniform) was not staged: it is
         // never read, its scores are -inf and its P.V is skipped
-        auto staged = [&](const int u) { return u == 0 || tt + u*NKW < t_end; };
+        auto staged = [&](const int u) { return u == 0 || tt + u*NW < t_end; };
         float mv[TPS][4], s[TPS][4];
 #pragma unroll
         for (int u = 0; u < TPS; ++u) {
-            tile_mask((tt + u*NKW)*TURBO_MMA_KEYS, mv[u]);
+            tile_mask((tt + u*NW)*TURBO_MMA_KEYS, mv[u]);
         }
 #pragma unroll
         for (int u = 0; u < TPS; ++u) {
             if (staged(u)) {
-                tile_scores(gst + u*cfg::WORDS, (tt + u*NKW)*TURBO_MMA_KEYS, mv[u], s[u]);
+                tile_scores(gst + u*cfg::WORDS, (tt + u*NW)*TURBO_MMA_KEYS, mv[u], s[u]);
             } else {
                 s[u][0] = s[u][1] = s[u][2] = s[u][3] = -INFINITY;
             }
@@ -656,7 +606,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
         if (alpha[0] != 1.0f || alpha[1] != 1.0f) {
 #pragma unroll
-            for (int j = 0; j < NB*NBO; ++j) {
+            for (int j = 0; j < NB*8; ++j) {
                 o[j][0] *= alpha[0]; o[j][1] *= alpha[1];
                 o[j][2] *= alpha[0]; o[j][3] *= alpha[1];
             }
@@ -671,7 +621,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     }
     ggml_cuda_pdl_lc();   // TURBO_PDL: the merge kernel may launch (it waits for this kernel's partials)
     turbo_cp_async_wait<0>();
-    if (!CLUSTER && !PAIR && p.warp_partials) {
+    if (!CLUSTER && p.warp_partials) {
         // TURBO_FA_WARP_PARTIALS=1 (prepared after run 15, not yet run on a GPU): no block barrier and no merge of
         // the warps through shared memory on the way out (at depth 0 the epilogue is part of every decode step's
         // chain); each warp stores its rows as a split of its own, the combine kernel merges 4x as many splits
@@ -709,20 +659,19 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         L[i] += __shfl_xor_sync(0xffffffff, L[i], 4);
         L[i] += __shfl_xor_sync(0xffffffff, L[i], 8);
         L[i] += __shfl_xor_sync(0xffffffff, L[i], 16);
-        if (g == 0 && dh == 0) {   // v19: the pair's warps hold the same M and L
-            Ms[kw*NR + 2*t + i] = M[i];
-            Ls[kw*NR + 2*t + i] = L[i];
+        if (g == 0) {
+            Ms[warp*NR + 2*t + i] = M[i];
+            Ls[warp*NR + 2*t + i] = L[i];
         }
     }
 #pragma unroll
-    for (int jo = 0; jo < NB*NBO; ++jo) {
-        const int j = PAIR ? 8*(jo >> 2) + 4*dh + (jo & 3) : jo;   // v19: the warp's half of the dims
+    for (int j = 0; j < NB*8; ++j) {
         const int d = (j >> 3)*QK_TURBO + 16*g + 2*(j & 7);
-        float * ob = Os + (kw*NR + 2*t)*D;
-        ob[d]         = o[jo][0];   // dim d,   row 2t
-        ob[D + d]     = o[jo][1];   // dim d,   row 2t+1
-        ob[d + 1]     = o[jo][2];   // dim d+1, row 2t
-        ob[D + d + 1] = o[jo][3];
+        float * ob = Os + (warp*NR + 2*t)*D;
+        ob[d]         = o[j][0];   // dim d,   row 2t
+        ob[D + d]     = o[j][1];   // dim d,   row 2t+1
+        ob[d + 1]     = o[j][2];   // dim d+1, row 2t
+        ob[D + d + 1] = o[j][3];
     }
     __syncthreads();
     const int64_t slot = ((int64_t) (iq3*n_hy + hy))*p.n_split + split;
@@ -732,13 +681,13 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         const int r = it / D, d = it % D;
         float mx = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < NKW; ++w) {
+        for (int w = 0; w < NW; ++w) {
             mx = fmaxf(mx, Ms[w*NR + r]);
         }
         float acc = 0.0f, sum = 0.0f;
         if (mx != -INFINITY) {
 #pragma unroll
-            for (int w = 0; w < NKW; ++w) {
+            for (int w = 0; w < NW; ++w) {
                 const float f = exp2f(Ms[w*NR + r] - mx);
                 acc += Os[(w*NR + r)*D + d]*f;
                 sum += Ls[w*NR + r]*f;
@@ -768,8 +717,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     X(128, GGML_TYPE_TURBO3, 8) X(128, GGML_TYPE_TURBO2, 8) X(256, GGML_TYPE_TURBO3, 8) X(256, GGML_TYPE_TURBO2, 8) \
     X(128, GGML_TYPE_TURBO3, 9) X(128, GGML_TYPE_TURBO2, 9) X(256, GGML_TYPE_TURBO3, 9) X(256, GGML_TYPE_TURBO2, 9) \
     X(128, GGML_TYPE_TURBO3, 12) X(128, GGML_TYPE_TURBO2, 12) X(256, GGML_TYPE_TURBO3, 12) X(256, GGML_TYPE_TURBO2, 12) \
-    X(128, GGML_TYPE_TURBO3, 13) X(128, GGML_TYPE_TURBO2, 13) X(128, GGML_TYPE_TURBO3, 11) X(128, GGML_TYPE_TURBO2, 11) \
-    X(128, GGML_TYPE_TURBO3, 21) X(128, GGML_TYPE_TURBO2, 21)
+    X(128, GGML_TYPE_TURBO3, 13) X(128, GGML_TYPE_TURBO2, 13) X(128, GGML_TYPE_TURBO3, 11) X(128, GGML_TYPE_TURBO2, 11)
 
 // a plain launch, or (p.cluster) one cluster of p.n_split blocks per row group (grid.x = n_split)
 static void turbo_mma_launch_one(void (*kernel)(const turbo_fa_params), cudaStream_t stream, const turbo_fa_params & p,
@@ -808,7 +756,7 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at whole waves)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const int var) {
-    static int cache[2][2][14] = {};   // var 8 .. 21
+    static int cache[2][2][6] = {};   // var 8 .. 13
     int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var - 8];
     if (n == 0) {
         const void * fn = nullptr;
