@@ -37,7 +37,7 @@ struct turbo_fa_params {
     // TURBO_MMA_WARPS + warp) instead of the block merging its warps first; the combine kernel merges them all
     int warp_partials;
     // tensor-core kernel only: Q's RoPE, applied to q as it is loaded (rope.pos == nullptr: Q is used as it is);
-    // then Q points to the ROPE's input (patch 0021, TURBO_FUSE_ROPE_Q=1)
+    // then Q points to the ROPE's input (patch 0021)
     turbo_rope rope;
 };
 

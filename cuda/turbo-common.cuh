@@ -291,7 +291,7 @@ static __device__ __forceinline__ void turbo_warp_decode(const uint8_t * src_blo
 // ---- RoPE on load -------------------------------------------------------------------------------------------------
 // upstream's ROPE (normal or neox), done by a turbo kernel on the values it loads: the K rows when llama's RoPE of K
 // is fused into the K write (patch 0018; run 12: 32 launches fewer per token), q in the decode attention kernel when
-// Q's RoPE is deferred into it (patch 0020, TURBO_FUSE_ROPE_Q=1). The same float operations as ggml-cuda's rope
+// Q's RoPE is deferred into it (patches 0020-0021). The same float operations as ggml-cuda's rope
 // kernels (rope.cu), per value (cuda/host-check/rope_check.sh compares them with ggml's CPU ROPE)
 struct turbo_rope {
     const int32_t * pos;   // one position per token (row); nullptr: no rope

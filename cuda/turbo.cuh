@@ -62,7 +62,7 @@ to_fp32_nc_cuda_t ggml_cuda_turbo_get_to_fp32_nc(ggml_type type);
 #define GGML_CUDA_TURBO_FA_MAX_BATCH 8
 bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst);
 void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
-// llama's ROPE of Q done by the decode attention kernel on load (TURBO_FUSE_ROPE_Q=1): the fusable check gives
+// llama's ROPE of Q done by the decode attention kernel on load (TURBO_FUSE_ROPE_Q=0: off): the fusable check gives
 // how many nodes after the ROPE (node i) the attention node sits, or 0
 int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, int i);
 void ggml_cuda_turbo_rope_fa(ggml_backend_cuda_context & ctx, const ggml_tensor * rope, ggml_tensor * fa);

@@ -1,4 +1,4 @@
-"""Patch 0020 on the CPU build: with TURBO_FUSE_ROPE_Q=1 and a turbo K cache, llama adds q to the graph with the
+"""Patch 0020 on the CPU build: with a turbo K cache (unless TURBO_FUSE_ROPE_Q=0) llama adds q to the graph with the
 attention node, so that Q's ROPE is followed only by views up to the FLASH_ATTN_EXT that reads it (the chain that
 ggml-cuda's patch 0021 fuses); the operations are the same, so the logits do not change. f16 caches keep upstream's
 order. tests/c/graph_order.cpp prints one decode step's nodes in compute order (llama's cb_eval) and its logits; the
@@ -31,8 +31,11 @@ def tiny_model(tmp_path_factory):
     return shape_gguf("tiny", tmp_path_factory.mktemp("shapes"))   # random weights, Llama layout
 
 
-def step(exe, model, cache: str, fuse: bool):
-    env = dict(os.environ, TURBO_FUSE_ROPE_Q="1" if fuse else "0")
+def step(exe, model, cache: str, fuse: bool | None):
+    """one decode step's nodes and logits; fuse None: TURBO_FUSE_ROPE_Q unset (the default)"""
+    env = {k: v for k, v in os.environ.items() if k != "TURBO_FUSE_ROPE_Q"}
+    if fuse is not None:
+        env["TURBO_FUSE_ROPE_Q"] = "1" if fuse else "0"
     out = subprocess.run([str(exe), str(model), cache], capture_output=True, text=True, timeout=300, env=env)
     assert out.returncode == 0, out.stderr[-3000:]
     text = out.stdout.split("=== step\n", 1)[1]
@@ -59,12 +62,13 @@ def rope_q_to_attention(nodes):
 def test_rope_of_q_sits_next_to_the_attention(graph_order, tiny_model, cache):
     plain, logits_plain = step(graph_order, tiny_model, cache, fuse=False)
     fused, logits_fused = step(graph_order, tiny_model, cache, fuse=True)
+    assert step(graph_order, tiny_model, cache, fuse=None) == (fused, logits_fused)   # on by default
     layers = rope_q_to_attention(fused)
     assert len(layers) == 2, fused   # the tiny shape has 2 layers
     for between, writes_first in layers:
         assert between and set(between) <= VIEWS and len(between) <= 8, between
         assert writes_first
-    # without the switch: upstream's order (q, then v and k, then their writes, then the attention)
+    # switched off: upstream's order (q, then v and k, then their writes, then the attention)
     assert all(not writes_first and not set(between) <= VIEWS for between, writes_first in rope_q_to_attention(plain))
     assert sorted(op for op, _ in plain) == sorted(op for op, _ in fused)   # the same operations, another order
     assert logits_fused == logits_plain          # to the last printed digit
