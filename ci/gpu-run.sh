@@ -6,7 +6,7 @@
 #     calls 2..6: `model` (one part of the Gemma GGUF each: .devcarry/m1/p1 .. m5/p5, split so that a part plus
 #     the repo stays under the 64 MiB a call carries)
 #     then `wait model test ppl cli`, `kv bench` ...
-#   bench runs (TL_BENCH, default main): main (TL_ROUNDS: interleaved rounds of the types), deep (128K; TL_DEEP_ROUNDS), v3, mma8, mma9 (TURBO_FA_MMA), hf (TURBO_FA_HEADS_FIRST=1),
+#   bench runs (TL_BENCH, default main): main (TL_TYPES, may hold variants such as turbo3+TURBO_PDL=1; TL_ROUNDS: interleaved rounds of the types), deep (128K; TL_DEEP_ROUNDS), v3, mma8, mma9 (TURBO_FA_MMA), hf (TURBO_FA_HEADS_FIRST=1),
 #   pre0 (TURBO_FA_PREFILL=0: the generic prefill conversion), nooff (TURBO_K_OFFSET=0), steps2.. (TURBO_FA_MIN_STEPS),
 #   cl (TURBO_FA_CLUSTER=1), env:A=1,B=2 (any switches; turbo3 and turbo2 at TL_VAR_DEPTHS, default 0,8192)
 #   vquick: FLASH_ATTN_EXT correctness and the decode perf cases (32K, 128K) of the default and of each TL_PERF_VARIANT

@@ -2,6 +2,7 @@
 from __future__ import annotations
 
 import json
+import re
 from pathlib import Path
 
 import numpy as np
@@ -87,6 +88,58 @@ def test_rounds_with_a_drifting_machine_and_a_failing_type(tmp_path, monkeypatch
     md = (out / "bench.md").read_text()
     assert "in each of 3 rounds" in md and "## Errors" in md and "q4_0" in md
     assert len(json.loads((out / "bench.json").read_text())["round_rows"]) == 24
+
+
+FAKE_SWITCH_BENCH = """#!{python}
+# a stand-in for llama-bench: turbo3 at 80 t/s, twice that when FAKE_FAST=1 is in its environment
+import json, os, pathlib, sys
+a = sys.argv
+if "--version" in a:
+    print("version: fake"); sys.exit(0)
+t = a[a.index("-ctk") + 1]
+with pathlib.Path(__file__).with_name("calls.txt").open("a") as f:
+    f.write(t + ("+fast" if os.environ.get("FAKE_FAST") == "1" else "") + "\\n")
+recs = json.loads(pathlib.Path({data!r}).read_text())
+for r in recs:
+    r["type_k"] = r["type_v"] = t
+    r["avg_ts"] = 100.0 if t == "f16" else 80.0 * (2 if os.environ.get("FAKE_FAST") == "1" else 1)
+print(json.dumps(recs))
+"""
+
+
+def test_type_with_an_environment_switch(tmp_path, monkeypatch):
+    """--types f16,turbo3,turbo3+FAKE_FAST=1: the variant runs with the switch in its environment only, in the same
+    rounds, and its rows keep its own name; malformed specs are refused with the spec in the message."""
+    import sys
+    from turbo_llama.bench import parse_type_spec, run_bench
+    assert parse_type_spec("turbo3") == ("turbo3", {})
+    assert parse_type_spec("turbo3+TURBO_PDL=1+TURBO_FA_MMA=9") == ("turbo3", {"TURBO_PDL": "1", "TURBO_FA_MMA": "9"})
+    for bad in ("turbo3+", "turbo3+TURBO_PDL", "+TURBO_PDL=1", "turbo3+lower=1", "turbo3+A=1+A=2"):
+        with pytest.raises(ValueError, match=re.escape(repr(bad))):
+            parse_type_spec(bad)
+    exe = tmp_path / "bin" / "llama-bench"
+    exe.parent.mkdir()
+    exe.write_text(FAKE_SWITCH_BENCH.format(python=sys.executable, data=str(DATA / "llama_bench_tiny_f16.json")))
+    exe.chmod(0o755)
+    monkeypatch.setenv("TURBO_LLAMA_BIN_DIR", str(exe.parent))
+    monkeypatch.delenv("FAKE_FAST", raising=False)
+    out = tmp_path / "out"
+    res = run_bench(model_path=tmp_path / "m.gguf", random_shape=None, types=["f16", "turbo3", "turbo3+FAKE_FAST=1"],
+                    depths=[0], p=32, n=8, backend="cpu", threads=1, reps=1, repack=False, out=out,
+                    progress=False, rounds=2)
+    assert (exe.parent / "calls.txt").read_text().split() == ["f16", "turbo3", "turbo3+fast"] * 2
+    ratio = {(r["type"], r["test"]): r.get("ratio") for r in res["rows"]}
+    assert ratio[("turbo3", "tg")] == pytest.approx(0.8) and ratio[("turbo3+FAKE_FAST=1", "tg")] == pytest.approx(1.6)
+    assert [c["cmd"].split()[0] for c in res["commands"][:3]] == [str(exe), str(exe), "FAKE_FAST=1"]
+    assert "| turbo3+FAKE_FAST=1 t/s" in (out / "bench.md").read_text()
+    assert (out / "llama-bench-turbo3_FAKE_FAST=1-r2.log").is_file()
+
+
+def test_bench_command_refuses_a_malformed_type():
+    from click.testing import CliRunner
+    from turbo_llama.bench import bench_command
+    r = CliRunner().invoke(bench_command, ["--types", "f16,turbo3+PDL"])
+    assert r.exit_code == 2 and "turbo3+PDL" in r.output
 
 
 def test_shapes_are_real_model_shapes():

@@ -7,12 +7,17 @@ f16), bench.png (t/s vs depth, one line per type; pp and tg panels).
 slow drift of the machine (clocks, temperature, a neighbour) falls on all types alike: each round's ratios
 are taken against f16 of the same round, and the table shows the median t/s and the median ratio with the
 range of the rounds' ratios.
+
+A type may carry environment switches for that type's llama-bench runs only, `TYPE+NAME=VALUE[+NAME=VALUE]`
+(e.g. `--types f16,turbo3,turbo3+TURBO_PDL=1`): a kernel variant then sits in the same rounds as the default,
+which is the comparison that the machine's drift does not blur.
 """
 from __future__ import annotations
 
 import datetime as _dt
 import json
 import os
+import re
 import shlex
 import statistics
 import subprocess
@@ -35,6 +40,25 @@ def bench_cmd(exe: Path, model: Path, cache_type: str, depths: list[int], p: int
     if not repack:
         cmd += ["--repack", "0"]
     return cmd
+
+
+_ENV_NAME = re.compile(r"[A-Z_][A-Z0-9_]*$")
+
+
+def parse_type_spec(spec: str) -> tuple[str, dict[str, str]]:
+    """'turbo3+TURBO_PDL=1+TURBO_FA_MMA=9' -> ('turbo3', {'TURBO_PDL': '1', 'TURBO_FA_MMA': '9'}); a plain type has no
+    switches. ValueError, naming the spec, for anything else."""
+    cache_type, *switches = spec.split("+")
+    env = {}
+    for sw in switches:
+        name, eq, value = sw.partition("=")
+        if not cache_type or not eq or not _ENV_NAME.match(name) or name in env:
+            raise ValueError(f"cache type {spec!r}: expected TYPE or TYPE+NAME=VALUE[+NAME=VALUE...] "
+                             "(NAME an environment variable in capitals, each once)")
+        env[name] = value
+    if not cache_type:
+        raise ValueError(f"cache type {spec!r}: no type")
+    return cache_type, env
 
 
 def parse_bench_json(text: str) -> list[dict]:
@@ -125,16 +149,22 @@ def run_bench(*, model_path: Path, random_shape: str | None, types: list[str], d
                     continue
                 tag = f" round {rnd + 1}/{rounds}" if rounds > 1 else ""
                 bar.set_description(f"llama-bench {t} (depths {','.join(map(str, depths))}){tag}")
-                cmd = bench_cmd(exe, model_path, t, depths, p, n, backend, threads, reps, repack)
-                res["commands"].append({"type": t, "round": rnd, "cmd": shlex.join(cmd)})
-                r = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL)
-                (out / (f"llama-bench-{t}.log" if rounds == 1 else f"llama-bench-{t}-r{rnd + 1}.log")).write_text(r.stderr)
+                cache_type, switches = parse_type_spec(t)
+                cmd = bench_cmd(exe, model_path, cache_type, depths, p, n, backend, threads, reps, repack)
+                res["commands"].append({"type": t, "round": rnd, "env": switches,
+                                        "cmd": shlex.join([f"{k}={v}" for k, v in switches.items()] + cmd)})
+                r = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
+                                   env=dict(os.environ, **switches))
+                log = re.sub(r"[^A-Za-z0-9_.=-]", "_", t)
+                (out / (f"llama-bench-{log}.log" if rounds == 1 else f"llama-bench-{log}-r{rnd + 1}.log")).write_text(r.stderr)
                 try:
-                    check_unsupported(r.stdout + r.stderr, t)
+                    check_unsupported(r.stdout + r.stderr, cache_type)
                     if r.returncode != 0:
                         raise ToolError(f"llama-bench failed ({r.returncode}): "
                                         + " | ".join(r.stderr.strip().splitlines()[-3:]))
                     rows = parse_bench_json(r.stdout)
+                    if switches:   # the variant's rows under its own name
+                        rows = [dict(row, type=t) for row in rows]
                     res["raw"].setdefault(t, []).extend(json.loads(r.stdout[r.stdout.find("["):]))
                     res["round_rows"] += [dict(row, round=rnd) for row in rows]
                     res["rows"] = summarize(res["round_rows"])
@@ -177,7 +207,8 @@ def run_bench(*, model_path: Path, random_shape: str | None, types: list[str], d
               help="GGUF model (default: the eval model)")
 @click.option("--shape", type=click.Choice(sorted(SHAPES)), default=None,
               help="generate a RANDOM-weight GGUF of this real model shape (speed only)")
-@click.option("--types", default=",".join(DEFAULT_TYPES), show_default=True)
+@click.option("--types", default=",".join(DEFAULT_TYPES), show_default=True,
+              help="cache types; TYPE+NAME=VALUE runs that type with an environment switch, e.g. turbo3+TURBO_PDL=1")
 @click.option("--depths", default="0,8192,32768,131072", show_default=True)
 @click.option("--backend", type=click.Choice(["cuda", "cpu"]), default="cuda", show_default=True)
 @click.option("-p", "n_prompt", type=int, default=512, show_default=True)
@@ -194,6 +225,13 @@ def bench_command(model_path, shape, types, depths, backend, n_prompt, n_gen, re
     if model_path and shape:
         raise click.UsageError("--model and --shape are exclusive")
     type_list = [t.strip() for t in types.split(",") if t.strip()]
+    for t in type_list:
+        try:
+            parse_type_spec(t)
+        except ValueError as e:
+            raise click.BadParameter(str(e), param_hint="--types")
+    if len(set(type_list)) != len(type_list):
+        raise click.BadParameter(f"a type is given twice: {types}", param_hint="--types")
     if "f16" in type_list:
         type_list = ["f16", *[t for t in type_list if t != "f16"]]
     depth_list = [int(d) for d in depths.split(",") if d.strip()]
