@@ -333,12 +333,22 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             qv[i][k] = ok ? qrow[lane + 32*k] : 0.0f;
         }
     }
+    // Q's RoPE deferred into this kernel (patch 0021): q comes from the ROPE's input. rope_once (one token, NB = 1):
+    // every row has the same position, so the lane's cos and sin are computed once, while the q loads are in flight
+    float rc[4], rs[4];
+    if (NB == 1 && p.rope_once) {
+        turbo_rope_block_cs(p.rope, 0, p.rope.pos[0], lane, rc, rs);
+    }
 #pragma unroll
     for (int i = 0; i < QT; ++i) {
         const int task = warp + i*NW;
         const int r = task / NB, blk = task % NB;
-        if (p.rope.pos) {   // Q's RoPE deferred into this kernel (patch 0021): q comes from the ROPE's input
-            const int rho = rg*NR + r;
+        const int rho = rg*NR + r;
+        if (NB == 1 && p.rope_once) {
+            if (rho < R) {   // warp-uniform; a pad row is zeros either way
+                turbo_rope_apply(p.rope, qv[i], 0, rc, rs, lane);
+            }
+        } else if (p.rope.pos) {
             turbo_rope_block(p.rope, qv[i], blk*QK_TURBO, p.rope.pos[rho < R ? rho / p.gqa : 0], lane);
         }
 #pragma unroll

@@ -317,11 +317,26 @@ static __device__ __forceinline__ void turbo_rope_cs(const turbo_rope & r, const
     s = sinf(theta)*mscale;
 }
 
-// rotates the warp's block: value lane + 32k sits at index e0 + lane + 32k of its head; normal pairs (2m, 2m + 1)
-// sit in neighbouring lanes, neox pairs (m, m + 64) of a 128-wide head in the same lane (the host checks this)
-static __device__ __forceinline__ void turbo_rope_block(const turbo_rope & r, float v[4], const int e0, const int32_t pos,
-        const int lane) {
+// the lane's cos and sin for its values lane + 32k of the block that starts at index e0 of its head (1 and 0 for
+// values outside the rotated dims, which turbo_rope_apply leaves as they are)
+static __device__ __forceinline__ void turbo_rope_block_cs(const turbo_rope & r, const int e0, const int32_t pos, const int lane,
+        float c[4], float s[4]) {
     const float p = (float) pos;
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        const int e = e0 + lane + 32*k;
+        c[k] = 1.0f; s[k] = 0.0f;
+        if (e >= r.n_offs && e < r.n_offs + r.n_dims) {
+            const int iw = r.neox ? 2*((e - r.n_offs) % (r.n_dims/2)) : (e - r.n_offs) & ~1;
+            turbo_rope_cs(r, p, iw, c[k], s[k]);
+        }
+    }
+}
+
+// rotates the warp's block with the lane's cos and sin (turbo_rope_block_cs): normal pairs (2m, 2m + 1) sit in
+// neighbouring lanes, neox pairs (m, m + 64) of a 128-wide head in the same lane (the host checks this)
+static __device__ __forceinline__ void turbo_rope_apply(const turbo_rope & r, float v[4], const int e0, const float c[4],
+        const float s[4], const int lane) {
     float o[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -332,16 +347,21 @@ static __device__ __forceinline__ void turbo_rope_block(const turbo_rope & r, fl
             continue;
         }
         const bool first = r.neox ? (e - r.n_offs) < r.n_dims/2 : ((e - r.n_offs) & 1) == 0;
-        const int iw = r.neox ? 2*((e - r.n_offs) % (r.n_dims/2)) : (e - r.n_offs) & ~1;
-        float c, s;
-        turbo_rope_cs(r, p, iw, c, s);
         const float x0 = first ? v[k] : partner, x1 = first ? partner : v[k];
-        o[k] = first ? x0*c - x1*s : x0*s + x1*c;
+        o[k] = first ? x0*c[k] - x1*s[k] : x0*s[k] + x1*c[k];
     }
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         v[k] = o[k];
     }
+}
+
+// rotates the warp's block: value lane + 32k sits at index e0 + lane + 32k of its head
+static __device__ __forceinline__ void turbo_rope_block(const turbo_rope & r, float v[4], const int e0, const int32_t pos,
+        const int lane) {
+    float c[4], s[4];
+    turbo_rope_block_cs(r, e0, pos, lane, c, s);
+    turbo_rope_apply(r, v, e0, c, s, lane);
 }
 
 // the ROPE node's parameters (host); r.pos = its positions, r.freq_factors = its frequency factors or nullptr

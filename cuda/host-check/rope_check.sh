@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# The fused-RoPE math of cuda/turbo-common.cuh (turbo_rope_cs, turbo_rope_block), compiled as host code with
+# The fused-RoPE math of cuda/turbo-common.cuh (turbo_rope_cs, turbo_rope_block and its two parts), compiled as host code with
 # a warp emulated lane by lane, against ggml's CPU ROPE (normal, neox, with and without YaRN). Needs the CPU
 # build of turbo-llama (`turbo-llama build`); prints max |diff| per case (float angles: it grows with position).
 set -eu
@@ -11,9 +11,10 @@ python3 - "$here/../turbo-common.cuh" "$tmp/rope_src.inc" <<'PY'
 import sys
 s = open(sys.argv[1]).read()
 a = s.index('struct turbo_rope {'); b = s.index('};', a) + 2
-c = s.index('static __device__ __forceinline__ void turbo_rope_cs('); d = s.index('\n}\n', c) + 3
-e = s.index('static __device__ __forceinline__ void turbo_rope_block('); f = s.index('\n}\n', e) + 3
-open(sys.argv[2], 'w').write(s[a:b] + '\n' + s[c:d] + '\n' + s[e:f])
+fns = [s[a:b]]
+for name in ('turbo_rope_cs', 'turbo_rope_block_cs', 'turbo_rope_apply', 'turbo_rope_block'):
+    c = s.index(f'static __device__ __forceinline__ void {name}('); fns.append(s[c:s.index('\n}\n', c) + 3])
+open(sys.argv[2], 'w').write('\n'.join(fns))
 PY
 g++ -O1 -std=c++17 "$here/rope_check.cpp" -I"$tmp" -I"$src/ggml/include" -L"$bld/ggml/src" -lggml -lggml-cpu -lggml-base \
     -fopenmp -lpthread -lm -o "$tmp/rope_check"
