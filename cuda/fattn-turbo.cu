@@ -279,5 +279,11 @@ int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
 }
 
 void ggml_cuda_turbo_rope_fa(ggml_backend_cuda_context & ctx, const ggml_tensor * rope, ggml_tensor * fa) {
+    // said once, so that a run's log shows the fusion happened (run 17: a check on the graph refused it unseen)
+    static bool said = false;
+    if (!said) {
+        said = true;
+        GGML_LOG_INFO("turbo: Q's RoPE done by the decode attention kernel (%s; TURBO_FUSE_ROPE_Q=0: off)\n", rope->name);
+    }
     turbo_fattn_decode(ctx, fa, rope);
 }
