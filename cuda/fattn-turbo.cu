@@ -159,6 +159,8 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     static const bool cluster_env       = ggml_cuda_turbo_env_int("TURBO_FA_CLUSTER", 0) != 0;
     static const bool warp_partials_env = ggml_cuda_turbo_env_int("TURBO_FA_WARP_PARTIALS", 0) != 0;
     const bool heads_first_on = use_mma && heads_first && D == 128;
+    // not with a fused RoPE: the cluster merge writes dst from inside the kernel, and dst may share memory with q's
+    // source (ggml_cuda_turbo_rope_fa_fusable)
     const bool cluster = use_mma && cluster_env && !heads_first_on && n_split <= 8 && !rope &&
         ggml_cuda_info().devices[id].cc >= GGML_CUDA_CC_HOPPER;
     const bool warp_partials = use_mma && warp_partials_env && !cluster;
@@ -238,9 +240,9 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
 
 // llama's RoPE of Q, when only the decode attention reads it (ROPE -> PERMUTE -> views -> FLASH_ATTN_EXT, patch 0020
 // puts them next to each other), is done by the attention kernel as it loads q: one launch fewer per layer and token
-// (run 17, depth 0: 32 rope launches of 2.3 us gone, the attention kernel 6.98 -> 8.34 us, 75 us less kernel time per
-// token; tg128 325.4 -> 328.1 t/s at depth 0, 252.1 -> 255.2 at 32K). TURBO_FUSE_ROPE_Q=0: off. Returns how many nodes after the
-// ROPE (node i) the fused attention takes, or 0. The RoPEs that 0018's K write does (ggml_cuda_turbo_rope_on_load_ok);
+// (run 17, depth 0: 32 rope launches of 2.3 us gone, the attention kernel 6.98 -> 8.34 us, 75 us less kernel time
+// per token; tg128 325.4 -> 328.1 t/s at depth 0, 252.1 -> 255.2 at 32K). TURBO_FUSE_ROPE_Q=0: off. Returns how many
+// nodes after the ROPE (node i) the fused attention takes, or 0. The RoPEs that 0018's K write does (ggml_cuda_turbo_rope_on_load_ok);
 // the tensor-core kernel only; the ROPE's input read in place of its output (same layout).
 int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
     static const bool on = ggml_cuda_turbo_env_int("TURBO_FUSE_ROPE_Q", 1) != 0;
