@@ -52,12 +52,12 @@ def parse_type_spec(spec: str) -> tuple[str, dict[str, str]]:
     env = {}
     for sw in switches:
         name, eq, value = sw.partition("=")
-        if not cache_type or not eq or not _ENV_NAME.match(name) or name in env:
-            raise ValueError(f"cache type {spec!r}: expected TYPE or TYPE+NAME=VALUE[+NAME=VALUE...] "
-                             "(NAME an environment variable in capitals, each once)")
+        if not eq or not _ENV_NAME.match(name) or name in env:
+            break
         env[name] = value
-    if not cache_type:
-        raise ValueError(f"cache type {spec!r}: no type")
+    if not cache_type or len(env) != len(switches):
+        raise ValueError(f"cache type {spec!r}: expected TYPE or TYPE+NAME=VALUE[+NAME=VALUE...] "
+                         "(NAME an environment variable in capitals, each once)")
     return cache_type, env
 
 
