@@ -156,9 +156,9 @@ def rpc_server(exe: Path, log: Path, threads: int = THREADS):
             stop_process(p)
 
 
-def link_llama_program(src: Path, exe: Path, llama_tool) -> Path:
-    """A small C++ program on the public llama.h API (tests/c/), linked against the static libraries of the recorded
-    CPU build: the llama.cpp that is in the tools (skips when that build is a CUDA one)."""
+def recorded_cpu_build(llama_tool) -> tuple[Path, Path]:
+    """(build dir, source tree) of the recorded CPU build, whose static libraries the tests link against (skips when
+    the recorded build is a CUDA one)."""
     from turbo_llama.build import installed_info
     llama_tool("llama-completion")  # skips/fails with the build hint when nothing is built
     info = installed_info()
@@ -167,7 +167,13 @@ def link_llama_program(src: Path, exe: Path, llama_tool) -> Path:
         # a CUDA build's static libraries need the CUDA runtime to link; these programs measure the CPU path
         pytest.skip("needs the CPU build's static libraries, and the recorded build is a CUDA one "
                     "(`turbo-llama build` without --cuda records a CPU build)")
-    build, root = Path(info["build_dir"]), Path(info["build_src"])
+    return Path(info["build_dir"]), Path(info["build_src"])
+
+
+def link_llama_program(src: Path, exe: Path, llama_tool) -> Path:
+    """A small C++ program on the public llama.h API (tests/c/), linked against the static libraries of the recorded
+    CPU build: the llama.cpp that is in the tools (skips when that build is a CUDA one)."""
+    build, root = recorded_cpu_build(llama_tool)
     libs = [build / "src" / "libllama.a", *sorted((build / "ggml").rglob("libggml*.a"))]
     assert libs[0].is_file() and len(libs) >= 4, f"static libraries not found under {build}: {libs}"
     subprocess.run(["g++", "-O2", "-std=c++17", str(src), f"-I{root / 'include'}", f"-I{root / 'ggml/include'}",
