@@ -242,8 +242,8 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
 // puts them next to each other), is done by the attention kernel as it loads q: one launch fewer per layer and token
 // (run 17, depth 0: 32 rope launches of 2.3 us gone, the attention kernel 6.98 -> 8.34 us, 75 us less kernel time
 // per token; tg128 325.4 -> 328.1 t/s at depth 0, 252.1 -> 255.2 at 32K). TURBO_FUSE_ROPE_Q=0: off. Returns how many
-// nodes after the ROPE (node i) the fused attention takes, or 0. The RoPEs that 0018's K write does (ggml_cuda_turbo_rope_on_load_ok);
-// the tensor-core kernel only; the ROPE's input read in place of its output (same layout).
+// nodes after the ROPE (node i) the fused attention takes, or 0. The RoPEs that 0018's K write does
+// (ggml_cuda_turbo_rope_on_load_ok); the tensor-core kernel only; the ROPE's input read in place of its output (same layout).
 int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
     static const bool on = ggml_cuda_turbo_env_int("TURBO_FUSE_ROPE_Q", 1) != 0;
     const ggml_tensor * rope = cgraph->nodes[i];

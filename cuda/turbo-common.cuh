@@ -319,8 +319,8 @@ static __device__ __forceinline__ void turbo_rope_cs(const turbo_rope & r, const
 
 // the lane's cos and sin for its values lane + 32k of the block that starts at index e0 of its head (1 and 0 for
 // values outside the rotated dims, which turbo_rope_apply leaves as they are)
-static __device__ __forceinline__ void turbo_rope_block_cs(const turbo_rope & r, const int e0, const int32_t pos, const int lane,
-        float c[4], float s[4]) {
+static __device__ __forceinline__ void turbo_rope_block_cs(const turbo_rope & r, const int e0, const int32_t pos,
+        const int lane, float c[4], float s[4]) {
     const float p = (float) pos;
 #pragma unroll
     for (int k = 0; k < 4; ++k) {

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
-# The fused-RoPE math of cuda/turbo-common.cuh (turbo_rope_cs, turbo_rope_block and its two parts), compiled as host code with
-# a warp emulated lane by lane, against ggml's CPU ROPE (normal, neox, with and without YaRN). Needs the CPU
-# build of turbo-llama (`turbo-llama build`); prints max |diff| per case (float angles: it grows with position).
+# The fused-RoPE math of cuda/turbo-common.cuh (turbo_rope_cs, turbo_rope_block and its two parts), compiled as
+# host code with a warp emulated lane by lane, against ggml's CPU ROPE (normal, neox, with and without YaRN).
+# Needs the CPU build of turbo-llama (`turbo-llama build`); prints max |diff| per case (float angles: it grows with position).
 set -eu
 here=$(cd "$(dirname "$0")" && pwd)
 src=${TURBO_LLAMA_SRC:-$HOME/.cache/turbo-llama/src/llama.cpp}
