@@ -157,7 +157,7 @@ if [[ " $PHASES " == *" test "* ]]; then
     # CPY turbo -> f16 is left out: the CPU reference (ggml-cpu dup) aborts on quantized -> f16 (lead's side)
     # spec: [ENV=VALUE:]OP|FILTER; the default kernel first, then the other variants on the pairs they serve
     for spec in "SET_ROWS|turbo" "SUB_SET_ROWS|turbo" "CPY|type_dst=turbo|type_src=turbo[23],type_dst=f32" "GET_ROWS|turbo" \
-                "FLASH_ATTN_EXT|turbo" "ROPE_FLASH_ATTN|turbo" ${TL_FA_VARIANTS:-"TURBO_FUSE_ROPE_Q=0:ROPE_FLASH_ATTN|turbo" "TURBO_ROPE_Q_ONCE=1:ROPE_FLASH_ATTN|turbo" "TURBO_SET_ROWS=4:SET_ROWS|turbo" "TURBO_SET_ROWS=4:SUB_SET_ROWS|turbo" "TURBO_FA_MMA=8:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_MMA=9:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_MMA=13:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_PREFILL=0:FLASH_ATTN_EXT|turbo"}; do
+                "FLASH_ATTN_EXT|turbo" "ROPE_FLASH_ATTN|turbo" ${TL_FA_VARIANTS:-"TURBO_FUSE_ROPE_Q=0:ROPE_FLASH_ATTN|turbo" "TURBO_ROPE_Q_ONCE=0:ROPE_FLASH_ATTN|turbo" "TURBO_SET_ROWS=4:SET_ROWS|turbo" "TURBO_SET_ROWS=4:SUB_SET_ROWS|turbo" "TURBO_FA_MMA=8:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_MMA=9:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_MMA=13:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_PREFILL=0:FLASH_ATTN_EXT|turbo"}; do
         split_env_spec "$spec"; op=${rest%%|*}; filt=${rest#*|}
         echo "=== ${envset:+$envset }test-backend-ops -b CUDA0 -o $op -p '$filt'" >> "$OUT/tbo.log"
         env $(echo "${envset:-TL_NONE=1}" | tr ',' ' ') "$B/test-backend-ops" -b CUDA0 -o $op -p "$filt" > "$WORK/tbo_one.log" 2>&1
@@ -261,7 +261,8 @@ fi
 # a decode-path switch's check ($1, e.g. TURBO_PDL; $2 names the phase's files): llama-perplexity on the llama8b random
 # model (byte-level text), $1=0 twice (the noise floor: 0 if the path is deterministic) and $1=1 against the first
 # run's logits; -ub 1 sends every token through the decode kernels, -ub 512 through the prefill path and the 4-thread
-# KV write. Then llama-bench decode at TL_PDL_DEPTHS for f16, turbo3 and the specs in $3 ([ENV=VALUE:]TYPE)
+# KV write. -lv 4: llama's log shows ggml's INFO lines (such as the fused RoPE's, counted by $4) only from verbosity 4
+# (run 18 counted 0 without it). Then llama-bench decode at TL_PDL_DEPTHS for f16, turbo3 and the specs in $3 ([ENV=VALUE:]TYPE)
 switch_check() {
     local sw=$1 ph=$2 ub run v kl base spec t f
     llama8b_model $ph
@@ -271,7 +272,7 @@ switch_check() {
         for run in base0 again0 on1; do
             v=${run: -1}; kl="--kl-divergence-base $base"; [ $run != base0 ] && kl="$kl --kl-divergence"
             env $sw=$v "$B/llama-perplexity" -m "$M8" -f "$TXT" -c 512 --chunks 2 -b 512 -ub $ub -fa on -ctk turbo3 -ctv turbo3 \
-                -ngl 99 $kl > "$OUT/$ph-ppl-ub$ub-$run.log" 2>&1
+                -ngl 99 -lv 4 $kl > "$OUT/$ph-ppl-ub$ub-$run.log" 2>&1
             log "$ph check -ub $ub $run ($sw=$v): rc=$? | $(grep -E '^Mean +KLD|^Maximum KLD|^Same top p|Final estimate' "$OUT/$ph-ppl-ub$ub-$run.log" | tr -s ' ' | tr '\n' ';')${4:+ | $4: $(grep -c "$4" "$OUT/$ph-ppl-ub$ub-$run.log") log lines}"
         done
     done

@@ -173,10 +173,10 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     turbo_fa_params p;
     p.Q = (const char *) Q->data; p.K = (const char *) K->data; p.V = (const char *) V->data;
     p.rope = turbo_rope{};
-    // TURBO_ROPE_Q_ONCE=1 (prepared after run 17, not yet run on a GPU): the RoPE's cos/sin once per lane for a
-    // decode step's rows (run 17: the fused RoPE made the kernel 6.98 -> 8.34 us at depth 0, each lane computing
-    // them for both of its rows, the pad row too)
-    static const bool rope_once_env = ggml_cuda_turbo_env_int("TURBO_ROPE_Q_ONCE", 0) != 0;
+    // the RoPE's cos/sin once per lane for a decode step's rows (one token: every row has the same position; the
+    // pad rows skipped). Run 17: the fused RoPE made the kernel 6.98 -> 8.34 us at depth 0, each lane computing
+    // them for both of its rows. The default since run 18; TURBO_ROPE_Q_ONCE=0: per row, as before
+    static const bool rope_once_env = ggml_cuda_turbo_env_int("TURBO_ROPE_Q_ONCE", 1) != 0;
     p.rope_once = rope && rope_once_env && n_q == 1 && D == 128 ? 1 : 0;
     if (rope) {   // Q views the ROPE's output; its input has the same layout (ggml_cuda_turbo_rope_fa_fusable)
         ggml_cuda_turbo_rope_params(rope, p.rope);

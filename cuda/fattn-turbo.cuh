@@ -37,7 +37,7 @@ struct turbo_fa_params {
     // TURBO_MMA_WARPS + warp) instead of the block merging its warps first; the combine kernel merges them all
     int warp_partials;
     // tensor-core kernel only: Q's RoPE, applied to q as it is loaded (rope.pos == nullptr: Q is used as it is);
-    // then Q points to the ROPE's input (patch 0021). rope_once (TURBO_ROPE_Q_ONCE=1, one token, D = 128): the
+    // then Q points to the ROPE's input (patch 0021). rope_once (one token, D = 128; TURBO_ROPE_Q_ONCE=0: off): the
     // lane's cos and sin computed once for all rows (the same position) and the pad rows (zeros) left out
     turbo_rope rope;
     int rope_once;
