@@ -284,9 +284,11 @@ switch_check() {
 }
 
 # TURBO_PDL=1 (programmatic dependent launch of the decode path's kernels, cuda/turbo.cuh; run 16: every KLD 0), with
-# upstream's own PDL off (GGML_CUDA_PDL=0) as well
+# upstream's own PDL off (GGML_CUDA_PDL=0) as well; TL_PDL_SPECS: other bench specs, e.g. the unfused Q RoPE with and
+# without TURBO_PDL ("TURBO_FUSE_ROPE_Q=0:turbo3 TURBO_FUSE_ROPE_Q=0,TURBO_PDL=1:turbo3": run 18 saw 237.6 against 255.0
+# t/s at 32K for the latter against the fused default, with nothing to compare it with in the same call)
 if [[ " $PHASES " == *" pdl "* ]]; then
-    switch_check TURBO_PDL pdl "GGML_CUDA_PDL=0:f16 GGML_CUDA_PDL=0:turbo3"
+    switch_check TURBO_PDL pdl "${TL_PDL_SPECS:-GGML_CUDA_PDL=0:f16 GGML_CUDA_PDL=0:turbo3}"
 fi
 
 # TURBO_FUSE_ROPE_Q (Q's RoPE inside the decode attention kernel, patches 0020-0021; the default since run 17): the

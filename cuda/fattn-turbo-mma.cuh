@@ -298,7 +298,11 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         ksrc.copy(st, Kb, p.nb11, t1, p.n_kv, lane);
         vsrc.copy(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1, p.n_kv, lane);
     };
-    // TURBO_PDL: everything above reads no memory that the kernels before write; the K/V write of this step is one
+    // TURBO_PDL: everything above reads no memory that the kernels before write; the K/V write of this step is one.
+    // The merge kernel may launch now, as upstream's kernels let theirs (its blocks wait in ggml_cuda_pdl_sync, which
+    // returns once this whole grid has finished and its writes are visible): its launch then overlaps this kernel
+    // instead of following it (before run 18 the trigger came after the key loop)
+    ggml_cuda_pdl_lc();
     ggml_cuda_pdl_sync();
     // the first stages' K/V copies go out before the Q prologue, so that their latency overlaps it (short
     // contexts are latency: a warp there has one or two steps)
@@ -629,7 +633,6 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             }
         }
     }
-    ggml_cuda_pdl_lc();   // TURBO_PDL: the merge kernel may launch (it waits for this kernel's partials)
     turbo_cp_async_wait<0>();
     if (!CLUSTER && p.warp_partials) {
         // TURBO_FA_WARP_PARTIALS=1 (prepared after run 15, not yet run on a GPU): no block barrier and no merge of
