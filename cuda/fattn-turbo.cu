@@ -263,8 +263,11 @@ int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
             // the output may share memory with the ROPE's input (ggml-alloc frees that after the ROPE: run 17 saw no
             // fusion while this was required): harmless, as with a ROPE the attention kernel writes only partials
             // (no cluster merge) and the merge kernel writes the output after every block has read its q
+            // one KV stream only (Q's ne[3] == 1): the kernel takes a row's position by its token index within a
+            // stream, so with llama's non-unified cache (streams in ne[3], e.g. llama-server -np 2) every stream would
+            // get stream 0's positions; those graphs keep upstream's ROPE kernel
             return q != rope && n->src[0] == q && q->view_src == rope && ggml_cuda_turbo_fattn_pair_supported(n) &&
-                n->src[0]->ne[1] <= GGML_CUDA_TURBO_FA_MAX_BATCH && n->src[0]->ne[0] == D &&
+                n->src[0]->ne[1] <= GGML_CUDA_TURBO_FA_MAX_BATCH && n->src[0]->ne[0] == D && n->src[0]->ne[3] == 1 &&
                 turbo_fattn_uses_mma(n->src[1], n->src[2]) ? j - i : 0;
         }
         if (!ggml_op_is_empty(n->op)) {
