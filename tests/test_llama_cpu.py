@@ -208,8 +208,13 @@ def test_turbo_k_transforms_are_logged_and_repair_turbo3_keys(llama_tool, model_
     assert "gain rescale off (TURBO_K_RESCALE=0)" in log and "key offsets off (TURBO_K_OFFSET=0)" in log
     fixed, log = perplexity(tool, model_path, jargon_path, "turbo3", "f16")
     assert "q/k norm gains rescaled" in log and "key offsets from a" in log
-    # patch 0012: D is computed once per context, not by 19 ops per layer in every graph
-    assert "gain factors of 18 layers computed once" in log
+    # patch 0012: D is computed once per context, not by 19 ops per layer in every graph; patch 0023: with the
+    # norm weights it scales, so no op is left. The graphs' own computation (the same f32 steps) must give the same
+    # perplexity to the last digit: swapped or misplaced q/k weights would not
+    assert "gain factors of 18 layers computed once, with the q/k norm weights they scale" in log
+    in_graph, log = perplexity(tool, model_path, jargon_path, "turbo3", "f16", {"TURBO_K_GAIN_ONCE": "0"})
+    assert "gain factors computed in every graph (TURBO_K_GAIN_ONCE=0)" in log
+    assert in_graph == fixed, (in_graph, fixed)
     assert fixed - f16 < 0.35 * (plain - f16), (f16, plain, fixed)
 
 
