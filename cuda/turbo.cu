@@ -64,7 +64,19 @@ static __device__ __forceinline__ void turbo_set_rows_block(const turbo_set_rows
         v[k] = turbo_to_f32(x[lane + 32*k]);
     }
     if (j.rope.pos) {
-        turbo_rope_block(j.rope, v, (ib*QK_TURBO) % j.rope.D, j.rope.pos[i01], lane);
+        const int e0 = (ib*QK_TURBO) % j.rope.D;
+        if (j.rope.neox && j.rope.D == 2*QK_TURBO) {
+            // a 256-wide neox head: the pair partners are the other block's values of this lane (TURBO_ROPE_NEOX_WIDE)
+            const src_t * xo = x + (e0 == 0 ? QK_TURBO : -QK_TURBO);
+            float nx[4];
+#pragma unroll
+            for (int k = 0; k < 4; ++k) {
+                nx[k] = turbo_to_f32(xo[lane + 32*k]);
+            }
+            turbo_rope_block(j.rope, v, e0, j.rope.pos[i01], lane, nx);
+        } else {
+            turbo_rope_block(j.rope, v, e0, j.rope.pos[i01], lane);
+        }
     }
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -519,8 +531,8 @@ void ggml_cuda_turbo_set_rows_sub_pair(ggml_backend_cuda_context & ctx, const gg
 }
 
 // llama's RoPE of K (ROPE -> VIEW -> the offset's SUB) joins the fused K write: the kernel rotates the values as it
-// loads them. Normal RoPE of any even width; neox only for 128-wide heads rotated whole (a neox pair is then in
-// one lane); the rope's input with each token's heads contiguous, one position per token, no ne[3].
+// loads them, the RoPEs of ggml_cuda_turbo_rope_on_load_ok; the rope's input with each token's heads contiguous,
+// one position per token, no ne[3].
 bool ggml_cuda_turbo_rope_set_rows_fusable(const ggml_tensor * rope, const ggml_tensor * view, const ggml_tensor * sub) {
     if (rope->op != GGML_OP_ROPE || view->op != GGML_OP_VIEW || view->src[0] != rope || sub->src[0] != view) {
         return false;
@@ -533,8 +545,11 @@ bool ggml_cuda_turbo_rope_set_rows_fusable(const ggml_tensor * rope, const ggml_
 }
 
 // what turbo_rope_block can do (K's RoPE in the write, Q's in the attention): f32 in and out, one position per token,
-// no ne[3]; normal RoPE of any even width, neox only for 128-wide heads rotated whole (a neox pair is then in one lane)
+// no ne[3]; normal RoPE of any even width, neox for 128-wide heads rotated whole (a neox pair is then in one lane) and,
+// with TURBO_ROPE_NEOX_WIDE=1 (prepared after run 18, not yet run on a GPU), 256-wide ones (Gemma 3: a pair is then
+// in one lane of the head's two blocks, and the kernels load the other block's values too)
 bool ggml_cuda_turbo_rope_on_load_ok(const ggml_tensor * rope) {
+    static const bool neox_wide = ggml_cuda_turbo_env_int("TURBO_ROPE_NEOX_WIDE", 0) != 0;
     const ggml_tensor * x = rope->src[0];
     const int32_t * op = (const int32_t *) rope->op_params;
     const int n_dims = op[1], mode = op[2], n_offs = op[15];
@@ -542,7 +557,7 @@ bool ggml_cuda_turbo_rope_on_load_ok(const ggml_tensor * rope) {
     const bool types_ok = rope->type == GGML_TYPE_F32 && x->type == GGML_TYPE_F32 && rope->src[1]->type == GGML_TYPE_I32 &&
         rope->src[1]->ne[0] == x->ne[2] && x->ne[3] == 1;
     const bool mode_ok = (mode == GGML_ROPE_TYPE_NORMAL && n_dims % 2 == 0 && n_offs % 2 == 0 && n_offs + n_dims <= D) ||
-        (mode == GGML_ROPE_TYPE_NEOX && D == QK_TURBO && n_dims == QK_TURBO && n_offs == 0);
+        (mode == GGML_ROPE_TYPE_NEOX && (D == QK_TURBO || (neox_wide && D == 2*QK_TURBO)) && n_dims == D && n_offs == 0);
     return types_ok && mode_ok;
 }
 

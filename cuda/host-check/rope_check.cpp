@@ -1,5 +1,6 @@
 // Host check of the fused-RoPE math (turbo_rope_cs / turbo_rope_block from cuda/turbo.cu, compiled as host
-// code with a warp emulated lane by lane) against ggml's CPU ROPE, normal and neox, with and without YaRN.
+// code with a warp emulated lane by lane) against ggml's CPU ROPE, normal and neox, with and without YaRN, for
+// 128- and 256-wide heads (a 256-wide neox head: each block gets the other block's values as its pair partners).
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
@@ -17,8 +18,8 @@ static inline float __shfl_xor_sync(unsigned, float, int x) { return g_lane_vals
 
 int main() {
     int fails = 0;
-    for (int mode : {0, 2}) for (float ext : {0.0f, 1.0f}) for (int pos : {0, 7, 513, 4095, 100000}) {
-        const int D = 128, n_dims = 128;
+    for (int D : {128, 256}) for (int mode : {0, 2}) for (float ext : {0.0f, 1.0f}) for (int pos : {0, 7, 513, 4095, 100000}) {
+        const int n_dims = D;
         const float freq_base = 10000.0f, freq_scale = ext != 0.0f ? 0.25f : 1.0f, attn_factor = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f;
         const int n_ctx_orig = 4096;
         std::vector<float> x(D);
@@ -39,8 +40,10 @@ int main() {
         float corr[2]; ggml_rope_yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow, corr);
         rp.corr0 = corr[0]; rp.corr1 = corr[1];
         std::vector<float> out(D);
-        float v[32][4];
-        for (int l = 0; l < 32; ++l) for (int k = 0; k < 4; ++k) v[l][k] = x[l + 32*k];
+        for (int b = 0; b < D/128; ++b) {   // the head's 128-blocks, as the kernels' warps take them
+        const int e0 = 128*b, eo = D == 256 ? 128*(1 - b) : e0;   // eo: the block of a 256-wide neox pair partner
+        float v[32][4], nx[32][4];
+        for (int l = 0; l < 32; ++l) for (int k = 0; k < 4; ++k) { v[l][k] = x[e0 + l + 32*k]; nx[l][k] = x[eo + l + 32*k]; }
         // lockstep emulation: turbo_rope_block reads the partner (lane ^ 1) for each k before writing; run each lane
         // on a copy of every lane's inputs
         // lockstep emulation: value k of lane l comes from a run of the block function in which every shuffle
@@ -51,15 +54,18 @@ int main() {
             for (int k = 0; k < 4; ++k) {
                 for (int q = 0; q < 32; ++q) g_lane_vals[q] = v[q][k];
                 float one[4] = {v[l][0], v[l][1], v[l][2], v[l][3]};
-                turbo_rope_block(rp, one, 0, pos, l);
+                turbo_rope_block(rp, one, e0, pos, l, mode == 2 && D == 256 ? nx[l] : nullptr);
                 res[l][k] = one[k];
             }
         }
-        for (int l = 0; l < 32; ++l) for (int k = 0; k < 4; ++k) out[l + 32*k] = res[l][k];
+        for (int l = 0; l < 32; ++l) for (int k = 0; k < 4; ++k) out[e0 + l + 32*k] = res[l][k];
+        }
         double maxd = 0;
         for (int i = 0; i < D; ++i) maxd = fmax(maxd, fabs(out[i] - ((float *) r->data)[i]));
-        printf("mode=%d ext=%.0f pos=%6d max|diff|=%.3g\n", mode, ext, pos, maxd);
-        if (maxd > 1e-7*(pos + 1) + 1e-6) fails++;   // float angles: the difference grows with the position
+        printf("D=%d mode=%d ext=%.0f pos=%6d max|diff|=%.3g\n", D, mode, ext, pos, maxd);
+        // float angles: the difference grows with the position, and with the head size (ggml's CPU steps the angle
+        // by repeated multiplication, the kernels take powf per pair; 256-wide heads: twice the steps)
+        if (maxd > 1.5e-7*(D/128)*(pos + 1) + 1e-6) fails++;
         ggml_free(ctx);
     }
     printf("%s\n", fails ? "FAIL" : "PASS");
