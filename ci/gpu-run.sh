@@ -262,7 +262,8 @@ fi
 # model (byte-level text), $1=0 twice (the noise floor: 0 if the path is deterministic) and $1=1 against the first
 # run's logits; -ub 1 sends every token through the decode kernels, -ub 512 through the prefill path and the 4-thread
 # KV write. -lv 4: llama's log shows ggml's INFO lines (such as the fused RoPE's, counted by $4) only from verbosity 4
-# (run 18 counted 0 without it). Then llama-bench decode at TL_PDL_DEPTHS for f16, turbo3 and the specs in $3 ([ENV=VALUE:]TYPE)
+# (run 18 counted 0 without it). Then llama-bench decode at TL_PDL_DEPTHS for f16, turbo3 and the specs in $3
+# ([ENV=VALUE:]TYPE)
 switch_check() {
     local sw=$1 ph=$2 ub run v kl base spec t f
     llama8b_model $ph

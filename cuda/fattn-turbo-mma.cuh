@@ -327,7 +327,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // a fused neox RoPE of a 256-wide head (TURBO_ROPE_NEOX_WIDE=1) pairs each value with the one 128 further on or
     // back, in the row's other block: those are loaded too (the same lane and slot)
     const bool neox_wide = NB == 2 && p.rope.pos && p.rope.neox;
-    float qn[NB == 2 ? QT : 1][4];
+    float qn[QT][4];
 #pragma unroll
     for (int i = 0; i < QT; ++i) {
         const int task = warp + i*NW;
@@ -344,7 +344,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             const float * qo = qrow + (blk == 0 ? QK_TURBO : -QK_TURBO);
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
-                qn[i % (NB == 2 ? QT : 1)][k] = ok ? qo[lane + 32*k] : 0.0f;
+                qn[i][k] = ok ? qo[lane + 32*k] : 0.0f;
             }
         }
     }
@@ -365,7 +365,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             }
         } else if (p.rope.pos) {
             turbo_rope_block(p.rope, qv[i], blk*QK_TURBO, p.rope.pos[rho < R ? rho / p.gqa : 0], lane,
-                             NB == 2 && neox_wide ? qn[i % (NB == 2 ? QT : 1)] : nullptr);
+                             NB == 2 && neox_wide ? qn[i] : nullptr);
         }
 #pragma unroll
         for (int k = 0; k < 4; ++k) {

@@ -41,24 +41,22 @@ int main() {
         rp.corr0 = corr[0]; rp.corr1 = corr[1];
         std::vector<float> out(D);
         for (int b = 0; b < D/128; ++b) {   // the head's 128-blocks, as the kernels' warps take them
-        const int e0 = 128*b, eo = D == 256 ? 128*(1 - b) : e0;   // eo: the block of a 256-wide neox pair partner
-        float v[32][4], nx[32][4];
-        for (int l = 0; l < 32; ++l) for (int k = 0; k < 4; ++k) { v[l][k] = x[e0 + l + 32*k]; nx[l][k] = x[eo + l + 32*k]; }
-        // lockstep emulation: turbo_rope_block reads the partner (lane ^ 1) for each k before writing; run each lane
-        // on a copy of every lane's inputs
-        // lockstep emulation: value k of lane l comes from a run of the block function in which every shuffle
-        // returns the partner lane's value k (the other outputs of that run are discarded)
-        float res[32][4];
-        for (int l = 0; l < 32; ++l) {
-            g_cur_lane = l;
-            for (int k = 0; k < 4; ++k) {
-                for (int q = 0; q < 32; ++q) g_lane_vals[q] = v[q][k];
-                float one[4] = {v[l][0], v[l][1], v[l][2], v[l][3]};
-                turbo_rope_block(rp, one, e0, pos, l, mode == 2 && D == 256 ? nx[l] : nullptr);
-                res[l][k] = one[k];
+            const int e0 = 128*b, eo = D == 256 ? 128*(1 - b) : e0;   // eo: the block of a 256-wide neox pair partner
+            float v[32][4], nx[32][4];
+            for (int l = 0; l < 32; ++l) for (int k = 0; k < 4; ++k) { v[l][k] = x[e0 + l + 32*k]; nx[l][k] = x[eo + l + 32*k]; }
+            // lockstep emulation: value k of lane l comes from a run of the block function in which every shuffle
+            // returns the partner lane's value k (the other outputs of that run are discarded)
+            float res[32][4];
+            for (int l = 0; l < 32; ++l) {
+                g_cur_lane = l;
+                for (int k = 0; k < 4; ++k) {
+                    for (int q = 0; q < 32; ++q) g_lane_vals[q] = v[q][k];
+                    float one[4] = {v[l][0], v[l][1], v[l][2], v[l][3]};
+                    turbo_rope_block(rp, one, e0, pos, l, mode == 2 && D == 256 ? nx[l] : nullptr);
+                    res[l][k] = one[k];
+                }
             }
-        }
-        for (int l = 0; l < 32; ++l) for (int k = 0; k < 4; ++k) out[e0 + l + 32*k] = res[l][k];
+            for (int l = 0; l < 32; ++l) for (int k = 0; k < 4; ++k) out[e0 + l + 32*k] = res[l][k];
         }
         double maxd = 0;
         for (int i = 0; i < D; ++i) maxd = fmax(maxd, fabs(out[i] - ((float *) r->data)[i]));
