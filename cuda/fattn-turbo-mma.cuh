@@ -340,7 +340,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         for (int k = 0; k < 4; ++k) {
             qv[i][k] = ok ? qrow[lane + 32*k] : 0.0f;
         }
-        if (NB == 2 && neox_wide) {
+        if (neox_wide) {
             const float * qo = qrow + (blk == 0 ? QK_TURBO : -QK_TURBO);
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
@@ -365,7 +365,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             }
         } else if (p.rope.pos) {
             turbo_rope_block(p.rope, qv[i], blk*QK_TURBO, p.rope.pos[rho < R ? rho / p.gqa : 0], lane,
-                             NB == 2 && neox_wide ? qn[i] : nullptr);
+                             neox_wide ? qn[i] : nullptr);
         }
 #pragma unroll
         for (int k = 0; k < 4; ++k) {

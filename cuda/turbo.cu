@@ -66,7 +66,9 @@ static __device__ __forceinline__ void turbo_set_rows_block(const turbo_set_rows
     if (j.rope.pos) {
         const int e0 = (ib*QK_TURBO) % j.rope.D;
         if (j.rope.neox && j.rope.D == 2*QK_TURBO) {
-            // a 256-wide neox head: the pair partners are the other block's values of this lane (TURBO_ROPE_NEOX_WIDE)
+            // a 256-wide neox head: the pair partners are the other block's values of this lane (TURBO_ROPE_NEOX_WIDE).
+            // Two calls rather than one with a selected pointer: that would put nx in local memory (stack frame 32 ->
+            // 48 bytes in every write kernel, nvcc 13 sm_90)
             const src_t * xo = x + (e0 == 0 ? QK_TURBO : -QK_TURBO);
             float nx[4];
 #pragma unroll
