@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # turbo-llama: the whole GPU run in one go (H200 via the device tool, or any CUDA machine).
-#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [vquick] [ncu] [ktime] [d0graph] [combine] [pdl] [ropeq] [fatime] [mixed] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
+#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [vquick] [ncu] [ktime] [d0graph] [combine] [pdl] [ropeq] [nwide] [fatime] [mixed] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
 #   default: build test bench. The device tool keeps a machine (and /tmp) 30 s after a call, so a session:
 #     call 1: `bg` (starts the build in the background from a copy of the repo)
-#     calls 2..6: `model` (one part of the Gemma GGUF each: .devcarry/m1/p1 .. m5/p5, split so that a part plus
+#     calls 2..6: `model` (one part of the Gemma GGUF each: .devcarry/m1/p1 .. m6/p6, split so that a part plus
 #     the repo stays under the 64 MiB a call carries)
 #     then `wait model test ppl cli`, `kv bench` ...
 #   bench runs (TL_BENCH, default main): main (TL_TYPES, may hold variants such as turbo3+TURBO_PDL=1; TL_ROUNDS: interleaved rounds of the types), deep (128K; TL_DEEP_ROUNDS), v3, mma8, mma9 (TURBO_FA_MMA), hf (TURBO_FA_HEADS_FIRST=1),
@@ -55,7 +55,7 @@ done < "$REPO/patches/b11312/overlay"
 if [[ " $PHASES " == *" bg "* ]]; then
     # the repo folder is laid anew each call: build from a copy, in a new session so that it outlives the call
     rm -rf "$WORK/repo" && mkdir -p "$WORK/repo" && tar -C "$REPO" --exclude=./.devcarry/m1 --exclude=./.devcarry/m2 \
-        --exclude=./.devcarry/m3 --exclude=./.devcarry/m4 --exclude=./.devcarry/m5 -cf - . | tar -C "$WORK/repo" -xf -
+        --exclude=./.devcarry/m3 --exclude=./.devcarry/m4 --exclude=./.devcarry/m5 --exclude=./.devcarry/m6 -cf - . | tar -C "$WORK/repo" -xf -
     rm -f "$WORK/build.done" "$WORK/build.fail"
     OUT="$WORK/bg-out" setsid nohup bash "$WORK/repo/ci/gpu-run.sh" ${TL_BG_BUILD:-tlfull} > "$WORK/bg.log" 2>&1 < /dev/null &
     log "background build (${TL_BG_BUILD:-tlfull}) started (pid $!)"
@@ -264,9 +264,10 @@ fi
 # KV write. -lv 4: llama's log shows ggml's INFO lines (such as the fused RoPE's, counted by $4) only from verbosity 4
 # (run 18 counted 0 without it). Then llama-bench decode at TL_PDL_DEPTHS for f16, turbo3 and the specs in $3
 # ([ENV=VALUE:]TYPE)
+# SC_MODEL: another GGUF than the llama8b one (e.g. Gemma's, for switches of 256-wide heads); SC_DEPTHS: the bench's
 switch_check() {
     local sw=$1 ph=$2 ub run v kl base spec t f
-    llama8b_model $ph
+    llama8b_model $ph; [ -n "${SC_MODEL:-}" ] && M8=$SC_MODEL
     TXT=$WORK/pdl-text.txt; cat "$REPO"/README.md "$REPO"/results/*.md > "$TXT"
     for ub in 1 512; do
         base=$WORK/$ph-base-$ub.bin
@@ -279,7 +280,7 @@ switch_check() {
     done
     for spec in f16 $sw=0:turbo3 $sw=1:turbo3 $3; do
         split_env_spec "$spec"; t=$rest; f="$OUT/$ph-bench-${envset:+${envset//[=:]/-}-}$t.md"
-        env $(echo "${envset:-TL_NONE=1}" | tr "," " ") "$B/llama-bench" -m "$M8" -p 0 -n 128 -d ${TL_PDL_DEPTHS:-0,32768} -r 2 -fa 1 -ngl 99 -ctk $t -ctv $t -o md > "$f" 2>&1
+        env $(echo "${envset:-TL_NONE=1}" | tr "," " ") "$B/llama-bench" -m "$M8" -p 0 -n 128 -d ${SC_DEPTHS:-${TL_PDL_DEPTHS:-0,32768}} -r 2 -fa 1 -ngl 99 -ctk $t -ctv $t -o md > "$f" 2>&1
         log "$ph bench ${envset:+$envset }$t: $(grep -E '\| +tg128' "$f" | tr -s ' ' | sed -E 's/.*(tg128[^|]*)\| +([0-9.]+ ± [0-9.]+) \|/\1 \2/' | tr '\n' ';')"
     done
 }
@@ -297,6 +298,13 @@ fi
 if [[ " $PHASES " == *" ropeq "* ]]; then
     # the fourth argument: a log line that says the switch took effect (run 17's first check passed without it)
     switch_check TURBO_FUSE_ROPE_Q ropeq "" "Q's RoPE done by the decode attention kernel"
+fi
+
+# TURBO_ROPE_NEOX_WIDE=1 (the fused RoPEs of 256-wide neox heads, K write and decode Q): Gemma 3 270M, whose heads
+# are such (needs the model phase's GGUF)
+if [[ " $PHASES " == *" nwide "* ]]; then
+    SC_MODEL=$GEMMA SC_DEPTHS=${TL_NWIDE_DEPTHS:-0,8192} switch_check TURBO_ROPE_NEOX_WIDE nwide "${TL_NWIDE_SPECS:-q8_0}" \
+        "Q's RoPE done by the decode attention kernel"
 fi
 
 if [[ " $PHASES " == *" fatime "* ]]; then
@@ -335,24 +343,27 @@ if [[ " $PHASES " == *" ncu0 "* ]]; then
 fi
 
 if [[ " $PHASES " == *" gbench "* ]]; then
-    # Gemma 3 270M decode, f16 against turbo3 with and without patch 0007's gains (0012 computes them once)
-    for spec in f16 turbo3 TURBO_K_RESCALE=0:turbo3 q8_0; do
-        split_env_spec "$spec"; t=$rest
-        env $(echo "${envset:-TL_NONE=1}" | tr "," " ") "$B/llama-bench" -m "$GEMMA" -p 0 -n 128 -r 3 -fa 1 -ngl 99 -ctk $t -ctv $t -o md > "$OUT/gbench-$t${envset:+-x}.md" 2>&1
-        log "gemma llama-bench -p 0 -n 128 -r 3 -fa 1 -ngl 99 -ctk $t -ctv $t ${envset:+($envset)}: $(grep -E '\| +tg128' "$OUT/gbench-$t${envset:+-x}.md" | tr -s ' ' | head -c 200)"
+    # Gemma 3 270M decode, f16 against turbo3 with and without patch 0007's gains (0012 computes them once);
+    # TL_GBENCH_SPECS: [ENV=VALUE[,ENV=VALUE]:]TYPE each, TL_GBENCH_DEPTHS: llama-bench -d
+    for spec in ${TL_GBENCH_SPECS:-f16 turbo3 TURBO_K_RESCALE=0:turbo3 q8_0}; do
+        split_env_spec "$spec"; t=$rest; f="$OUT/gbench-${envset:+${envset//[=:,]/-}-}$t.md"
+        env $(echo "${envset:-TL_NONE=1}" | tr "," " ") "$B/llama-bench" -m "$GEMMA" -p 0 -n 128 -d ${TL_GBENCH_DEPTHS:-0} -r 3 -fa 1 -ngl 99 -ctk $t -ctv $t -o md > "$f" 2>&1
+        log "gemma llama-bench -p 0 -n 128 -d ${TL_GBENCH_DEPTHS:-0} -r 3 -fa 1 -ngl 99 -ctk $t -ctv $t ${envset:+($envset)}: $(grep -E '\| +tg128' "$f" | tr -s ' ' | sed -E 's/.*(tg128[^|]*)\| +([0-9.]+ ± [0-9.]+) \|/\1 \2/' | tr '\n' ';')"
     done
 fi
 
 if [[ " $PHASES " == *" ppl "* ]]; then
     # same text cut and settings as the CPU quick eval (results/eval-quick), each backend against its own f16 run
     TXTN=${TL_PPL_TEXT:-text}; TXT=$REPO/.devcarry/$TXTN.txt; NCH=${TL_PPL_CHUNKS:-4}
-    for t in ${TL_PPL_TYPES:-f16 q8_0 q4_0 turbo3 turbo2}; do
+    # TL_PPL_TYPES: [ENV=VALUE[,ENV=VALUE]:]TYPE each (f16 first: the others' KLD base)
+    for spec in ${TL_PPL_TYPES:-f16 q8_0 q4_0 turbo3 turbo2}; do
+        split_env_spec "$spec"; t=$rest; f="$OUT/ppl-${envset:+${envset//[=:,]/-}-}$t.log"
         kl="--kl-divergence-base $WORK/f16-logits-$TXTN-$NCH.bin"; [ "$t" != f16 ] && kl="$kl --kl-divergence"
-        cmd="llama-perplexity -m gemma-3-270m-q4_k_m.gguf -f $TXTN.txt -c 2048 --chunks $NCH -fa on -ctk $t -ctv $t -lv 4 -ngl 99 $kl"
-        echo "=== $cmd" > "$OUT/ppl-$t.log"
-        "$B/llama-perplexity" -m "$GEMMA" -f "$TXT" -c 2048 --chunks $NCH -fa on -ctk $t -ctv $t -lv 4 -ngl 99 $kl >> "$OUT/ppl-$t.log" 2>&1
+        cmd="${envset:+$envset }llama-perplexity -m gemma-3-270m-q4_k_m.gguf -f $TXTN.txt -c 2048 --chunks $NCH -fa on -ctk $t -ctv $t -lv 4 -ngl 99 $kl"
+        echo "=== $cmd" > "$f"
+        env $(echo "${envset:-TL_NONE=1}" | tr "," " ") "$B/llama-perplexity" -m "$GEMMA" -f "$TXT" -c 2048 --chunks $NCH -fa on -ctk $t -ctv $t -lv 4 -ngl 99 $kl >> "$f" 2>&1
         rc=$?
-        log "ppl $t rc=$rc | $(grep -E 'Final estimate' "$OUT/ppl-$t.log" | tail -1) | $(grep -E '^Mean +KLD' "$OUT/ppl-$t.log" | tail -1) | $(grep -E '^Mean PPL\(Q\)' "$OUT/ppl-$t.log" | tail -1) | $(grep -cE 'turbo K:' "$OUT/ppl-$t.log") turbo-K lines | $(grep -E 'CUDA0 KV buffer size' "$OUT/ppl-$t.log" | head -1)"
+        log "ppl ${envset:+$envset }$t rc=$rc | $(grep -E 'Final estimate' "$f" | tail -1) | $(grep -E '^Mean +KLD' "$f" | tail -1) | $(grep -E '^Mean PPL\(Q\)' "$f" | tail -1) | $(grep -cE 'turbo K:' "$f") turbo-K lines | $(grep -E 'CUDA0 KV buffer size' "$f" | head -1)${TL_PPL_GREP:+ | $TL_PPL_GREP: $(grep -c "$TL_PPL_GREP" "$f") lines}"
     done
     grep -hE "turbo K:" "$OUT"/ppl-turbo3.log | head -3 >> "$OUT/summary.txt"
 fi
