@@ -139,9 +139,16 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     // every warp of a v4 block gets a tile, and from 512 tiles (8192 keys) up at least 4: fewer splits (32 instead of
     // 64 per KV head at 8K), so that the prologue/epilogue and the merge are paid over more keys (run 13, tg128 @8K:
     // 269.8 -> 288.8 t/s with 4; at depth 0, 1 tile stayed ahead, 316.1 against 309.1). From ~17K keys up the
-    // one-wave cap below gives 4 or more anyway. TURBO_FA_MIN_STEPS=N: N at every length.
+    // one-wave cap below gives 4 or more anyway. That rule was tuned on 8 KV heads; with few (Gemma 3: one, at 8K
+    // 32 blocks for 132 SMs) the steps are halved while the blocks would not cover every SM once.
+    // TURBO_FA_MIN_STEPS=N: N at every length.
     static const int min_steps_env = ggml_cuda_turbo_env_int("TURBO_FA_MIN_STEPS", 0);
-    const int min_steps = min_steps_env > 0 ? min_steps_env : (n_tiles >= 512 ? 4 : 1);
+    int min_steps = min_steps_env > 0 ? min_steps_env : (n_tiles >= 512 ? 4 : 1);
+    if (use_mma && min_steps_env <= 0) {
+        while (min_steps > 1 && (n_tiles/(TURBO_MMA_WARPS*min_steps))*blocks_base < nsm) {
+            min_steps /= 2;
+        }
+    }
     const int min_tiles = use_mma ? TURBO_MMA_WARPS*min_steps : 1;
     // v4/v5: at most one wave (floor), v3: at least its target (ceil)
     const int want = use_mma ? std::max(1, target / blocks_base) : (target + blocks_base - 1) / blocks_base;

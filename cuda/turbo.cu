@@ -523,6 +523,13 @@ bool ggml_cuda_turbo_set_rows_pair_fusable(const ggml_tensor * set_rows_k, const
 void ggml_cuda_turbo_set_rows_sub_pair(ggml_backend_cuda_context & ctx, const ggml_tensor * sub, ggml_tensor * set_rows_k,
         ggml_tensor * set_rows_v, const ggml_tensor * rope) {
     ggml_cuda_turbo_check_tables();
+    // said once, so that a run's log shows the fusion happened (run 19: on Gemma 3 upstream's RMS_NORM+MUL+ROPE
+    // fusion takes K's RoPE first, and nothing showed whether this one ever ran)
+    static bool said = false;
+    if (rope && !said) {
+        said = true;
+        GGML_LOG_INFO("turbo: K's RoPE done by the turbo K write (%s, %d-wide heads)\n", rope->name, (int) rope->ne[0]);
+    }
     const float * off = (const float *) sub->src[1]->data;
     const ggml_tensor * src_v = set_rows_v ? set_rows_v->src[0] : nullptr;
     if (set_rows_k->src[1]->type == GGML_TYPE_I64) {
