@@ -226,14 +226,15 @@ if [[ " $PHASES " == *" ktime "* ]]; then
     # issue #6: where a decode step's time goes, per kernel: ncu times every launch of a few depth-0 decode steps
     # (llama-bench -p 0 -n N, CUDA graphs off so that each launch is its own kernel), ci/ktime.py sums them by name
     llama8b_model ktime
+    KM=$M8; KNAME=llama8b; [ "${TL_KTIME_MODEL:-}" = gemma ] && { KM=$GEMMA; KNAME=gemma3-270m; }   # gemma: needs the model phase
     NTOK=${TL_KTIME_N:-8}
     for spec in ${TL_KTIME:-f16 turbo3 q8_0}; do
         split_env_spec "$spec"; t=$rest
         f="$OUT/ktime-${envset:+${envset//[=:]/-}-}$t.csv"
         env $(echo "${envset:-TL_NONE=1}" | tr "," " ") GGML_CUDA_DISABLE_GRAPHS=1 timeout ${TL_KTIME_TIMEOUT:-150} ncu --clock-control none --cache-control none \
             --metrics gpu__time_duration.sum --csv --print-units base \
-            "$B/llama-bench" -m "$M8" -p 0 -n "$NTOK" -r 1 -fa 1 -ngl 99 -ctk $t -ctv $t --no-warmup > "$f" 2> "$f.err"
-        log "ktime ${envset:+$envset }$t (llama8b, d0, $NTOK tokens + the k-offset probe for turbo): rc=$?"
+            "$B/llama-bench" -m "$KM" -p 0 -n "$NTOK" -r 1 -fa 1 -ngl 99 -ctk $t -ctv $t --no-warmup > "$f" 2> "$f.err"
+        log "ktime ${envset:+$envset }$t ($KNAME, d0, $NTOK tokens + the k-offset probe for turbo): rc=$?"
         python3 "$REPO/ci/ktime.py" "$f" "$NTOK" 2>&1 | head -${TL_KTIME_LINES:-16} | tee -a "$OUT/summary.txt"
     done
 fi

@@ -218,6 +218,21 @@ def test_turbo_k_transforms_are_logged_and_repair_turbo3_keys(llama_tool, model_
     assert fixed - f16 < 0.35 * (plain - f16), (f16, plain, fixed)
 
 
+def test_gemma_query_scale_joins_the_attention(llama_tool, model_path, jargon_path):
+    """Patch 0024: with a turbo K cache Gemma 3's query scale is the attention's kq_scale instead of a SCALE node
+    after Q's RoPE: one graph node fewer per layer (18 here) and the same perplexity. A dropped or doubled scale
+    (1 or 1/256 instead of 1/16) moves it by orders more than the bound."""
+    tool = llama_tool("llama-perplexity")
+    def nodes(log):
+        m = re.search(r"graph: nodes = (\d+)", log)
+        assert m, log[-2000:]
+        return int(m.group(1))
+    folded, log = perplexity(tool, model_path, jargon_path, "turbo3", "turbo3")
+    upstream, log_up = perplexity(tool, model_path, jargon_path, "turbo3", "turbo3", {"TURBO_FUSE_ROPE_Q": "0"})
+    assert nodes(log_up) - nodes(log) == 18, (nodes(log_up), nodes(log))
+    assert abs(folded - upstream) <= 0.002 * upstream, (folded, upstream)
+
+
 def test_key_offsets_do_not_depend_on_the_ubatch_size(llama_tool, model_path):
     """The key-offset probe is one decode that llama splits into ubatches: with -ub 8 it must still see the
     whole probe text (it used to be cut to one ubatch, and skipped below 32 tokens)."""
