@@ -233,6 +233,32 @@ def test_gemma_query_scale_joins_the_attention(llama_tool, model_path, jargon_pa
     assert abs(folded - upstream) <= 0.002 * upstream, (folded, upstream)
 
 
+def test_turbo_gains_leave_qk_norm_mul_rope_in_a_row(llama_tool, model_path):
+    """Patch 0025: ggml-cuda fuses RMS_NORM -> MUL -> ROPE only when the three are consecutive graph nodes. The
+    rescaled q/k norm weights (views of the per-context gains, patch 0023) must enter the graph before the norms,
+    not between a norm and its MUL (run 19 on the GPU: 108 unfused launches per Gemma 3 token instead of 36).
+    Read from ggml's scheduler dump (GGML_SCHED_DEBUG=2: every non-view node with its index) of a decode graph."""
+    cmd = [str(llama_tool("llama-completion")), "-m", str(model_path), "-ctk", "turbo3", "-ctv", "turbo3", "-fa", "on",
+           "-n", "2", "-p", "Hello", "-no-cnv", "--no-warmup", "-v", "-t", str(os.cpu_count() or 2)]
+    out = subprocess.run(cmd, capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL,
+                         env={**os.environ, "GGML_SCHED_DEBUG": "2"})
+    text = out.stdout + out.stderr
+    assert out.returncode == 0, text[-2000:]
+    assert "gain factors of 18 layers computed once" in text
+    nodes = re.findall(r"node #\s*(\d+) \(\s*([A-Z_]+)\):\s+(\S+)", text)
+    assert nodes, text[-2000:]
+    starts = [i for i, (n, _, _) in enumerate(nodes) if n == "0"] or [0]
+    graph = nodes[starts[-1]:]                      # the last graph the scheduler split: a decode step
+    index = {(op, name): int(n) for n, op, name in graph}
+    for il in range(18):
+        for x in ("Qcur", "Kcur"):
+            mul = index.get(("MUL", f"{x}_normed-{il}"))
+            rope = index.get(("ROPE", f"{x}-{il}"))
+            assert mul is not None and rope == mul + 1, (x, il, mul, rope)
+            norm = [int(n) for n, op, name in graph if op == "RMS_NORM" and int(n) == mul - 1]
+            assert norm, f"layer {il}: {x}'s RMS_NORM is not the node before its MUL (#{mul})"
+
+
 def test_key_offsets_do_not_depend_on_the_ubatch_size(llama_tool, model_path):
     """The key-offset probe is one decode that llama splits into ubatches: with -ub 8 it must still see the
     whole probe text (it used to be cut to one ubatch, and skipped below 32 tokens)."""
