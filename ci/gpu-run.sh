@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # turbo-llama: the whole GPU run in one go (H200 via the device tool, or any CUDA machine).
-#   ci/gpu-run.sh [bg] [tlfull] [build] [wait] [model] [test] [vquick] [ncu] [ktime] [d0graph] [combine] [pdl] [ropeq] [nwide] [fatime] [mixed] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
+#   ci/gpu-run.sh [bg] [tlfull] [prebuilt] [build] [wait] [model] [test] [vquick] [ncu] [ktime] [d0graph] [combine] [pdl] [ropeq] [nwide] [fatime] [mixed] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
 #   default: build test bench. The device tool keeps a machine (and /tmp) 30 s after a call, so a session:
 #     call 1: `bg` (starts the build in the background from a copy of the repo)
 #     calls 2..6: `model` (one part of the Gemma GGUF each: .devcarry/m1/p1 .. m6/p6, split so that a part plus
@@ -106,6 +106,15 @@ if [[ " $PHASES " == *" tlfull "* ]]; then
         fi
     fi
 fi
+
+# prebuilt: binaries and shared libraries built elsewhere (.devcarry/prebuilt.tar.gz: bin/ of a CUDA build for sm_90,
+# e.g. on the CPU machine with nvcc and cuBLAS from PyPI, when the device time left is less than a build's), unpacked
+# into $B; they find their libraries through LD_LIBRARY_PATH, set in every later call of this machine as well
+if [[ " $PHASES " == *" prebuilt "* ]]; then
+    mkdir -p "$BUILD" && tar xzf "$REPO/.devcarry/prebuilt.tar.gz" -C "$BUILD" && touch "$B/.prebuilt" "$WORK/build.done" \
+        && log "prebuilt binaries: $(ls "$B" | tr '\n' ' ')" || log "prebuilt: no .devcarry/prebuilt.tar.gz"
+fi
+[ -f "$B/.prebuilt" ] && export LD_LIBRARY_PATH="$B:/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib${LD_LIBRARY_PATH:+:$LD_LIBRARY_PATH}"
 
 if [[ " $PHASES " == *" build "* ]]; then
     log "configure + build"
@@ -225,8 +234,11 @@ fi
 if [[ " $PHASES " == *" ktime "* ]]; then
     # issue #6: where a decode step's time goes, per kernel: ncu times every launch of a few depth-0 decode steps
     # (llama-bench -p 0 -n N, CUDA graphs off so that each launch is its own kernel), ci/ktime.py sums them by name
-    llama8b_model ktime
-    KM=$M8; KNAME=llama8b; [ "${TL_KTIME_MODEL:-}" = gemma ] && { KM=$GEMMA; KNAME=gemma3-270m; }   # gemma: needs the model phase
+    if [ "${TL_KTIME_MODEL:-}" = gemma ]; then   # needs the model phase's GGUF
+        KM=$GEMMA; KNAME=gemma3-270m
+    else
+        llama8b_model ktime; KM=$M8; KNAME=llama8b
+    fi
     NTOK=${TL_KTIME_N:-8}
     for spec in ${TL_KTIME:-f16 turbo3 q8_0}; do
         split_env_spec "$spec"; t=$rest
