@@ -277,7 +277,7 @@ fi
 # KV write. -lv 4: llama's log shows ggml's INFO lines (such as the fused RoPE's, counted by $4) only from verbosity 4
 # (run 18 counted 0 without it). Then llama-bench decode at TL_PDL_DEPTHS for f16, turbo3 and the specs in $3
 # ([ENV=VALUE:]TYPE)
-# SC_MODEL: another GGUF than the llama8b one (e.g. Gemma's, for switches of 256-wide heads); SC_DEPTHS: the bench's
+# SC_MODEL: another GGUF than the llama8b one (e.g. Gemma's, for switches of 256-wide heads); SC_DEPTHS: the bench's -d
 switch_check() {
     local sw=$1 ph=$2 ub run v kl base spec t f
     llama8b_model $ph; [ -n "${SC_MODEL:-}" ] && M8=$SC_MODEL

@@ -523,8 +523,8 @@ bool ggml_cuda_turbo_set_rows_pair_fusable(const ggml_tensor * set_rows_k, const
 void ggml_cuda_turbo_set_rows_sub_pair(ggml_backend_cuda_context & ctx, const ggml_tensor * sub, ggml_tensor * set_rows_k,
         ggml_tensor * set_rows_v, const ggml_tensor * rope) {
     ggml_cuda_turbo_check_tables();
-    // said once, so that a run's log shows the fusion happened (run 19: on Gemma 3 upstream's RMS_NORM+MUL+ROPE
-    // fusion takes K's RoPE first, and nothing showed whether this one ever ran)
+    // said once, so that a run's log shows the fusion happened (run 19: it never runs on Gemma 3, whose graph puts V's
+    // matmul between K's ROPE and the SUB, and nothing had shown that)
     static bool said = false;
     if (rope && !said) {
         said = true;
