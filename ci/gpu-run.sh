@@ -108,7 +108,7 @@ if [[ " $PHASES " == *" tlfull "* ]]; then
 fi
 
 # prebuilt: binaries and shared libraries built elsewhere (.devcarry/prebuilt.tar.gz: bin/ of a CUDA build for sm_90,
-# e.g. on the CPU machine with nvcc and cuBLAS from PyPI, when the device time left is less than a build's), unpacked
+# made on the CPU machine by ci/make-prebuilt.sh, when the device time left is less than a build's), unpacked
 # into $B; they find their libraries through LD_LIBRARY_PATH, set in every later call of this machine as well
 if [[ " $PHASES " == *" prebuilt "* ]]; then
     mkdir -p "$BUILD" && tar xzf "$REPO/.devcarry/prebuilt.tar.gz" -C "$BUILD" && touch "$B/.prebuilt" "$WORK/build.done" \
