@@ -61,8 +61,10 @@ if [[ " $PHASES " == *" bg "* ]]; then
     log "background build (${TL_BG_BUILD:-tlfull}) started (pid $!)"
 fi
 
-# a spec "[ENV=VALUE[,ENV=VALUE]:]REST" (test, ktime and gbench phases): sets envset (empty when none) and rest
+# a spec "[ENV=VALUE[,ENV=VALUE]:]REST" (the phases that take specs): sets envset (empty when none) and rest
 split_env_spec() { envset=""; rest=$1; case "$1" in *:*) envset=${1%%:*}; rest=${1#*:} ;; esac; }
+# runs a command with the spec's switches (envset, comma-separated) in its environment
+with_spec_env() { env $(echo "${envset:-TL_NONE=1}" | tr "," " ") "$@"; }
 
 # the turbo-llama command on this machine: click and tqdm travel as wheels in .devcarry/whl
 tl_python() {
@@ -169,7 +171,7 @@ if [[ " $PHASES " == *" test "* ]]; then
                 "FLASH_ATTN_EXT|turbo" "ROPE_FLASH_ATTN|turbo" ${TL_FA_VARIANTS:-"TURBO_FUSE_ROPE_Q=0:ROPE_FLASH_ATTN|turbo" "TURBO_ROPE_Q_ONCE=0:ROPE_FLASH_ATTN|turbo" "TURBO_SET_ROWS=4:SET_ROWS|turbo" "TURBO_SET_ROWS=4:SUB_SET_ROWS|turbo" "TURBO_FA_MMA=8:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_MMA=9:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_MMA=13:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_PREFILL=0:FLASH_ATTN_EXT|turbo"}; do
         split_env_spec "$spec"; op=${rest%%|*}; filt=${rest#*|}
         echo "=== ${envset:+$envset }test-backend-ops -b CUDA0 -o $op -p '$filt'" >> "$OUT/tbo.log"
-        env $(echo "${envset:-TL_NONE=1}" | tr ',' ' ') "$B/test-backend-ops" -b CUDA0 -o $op -p "$filt" > "$WORK/tbo_one.log" 2>&1
+        with_spec_env "$B/test-backend-ops" -b CUDA0 -o $op -p "$filt" > "$WORK/tbo_one.log" 2>&1
         rc=$?; cat "$WORK/tbo_one.log" >> "$OUT/tbo.log"
         log "${envset:+$envset }test-backend-ops -b CUDA0 -o $op -p '$filt': rc=$rc | $(grep -E 'tests passed' "$WORK/tbo_one.log" | tail -1) | FAIL lines: $(grep -c FAIL "$WORK/tbo_one.log")"
         if [ "$op" = FLASH_ATTN_EXT ] && [ -z "$envset" ] && [ "$rc" != 0 ] && [ ! -f "$WORK/safe.env" ]; then
@@ -243,7 +245,7 @@ if [[ " $PHASES " == *" ktime "* ]]; then
     for spec in ${TL_KTIME:-f16 turbo3 q8_0}; do
         split_env_spec "$spec"; t=$rest
         f="$OUT/ktime-${envset:+${envset//[=:]/-}-}$t.csv"
-        env $(echo "${envset:-TL_NONE=1}" | tr "," " ") GGML_CUDA_DISABLE_GRAPHS=1 timeout ${TL_KTIME_TIMEOUT:-150} ncu --clock-control none --cache-control none \
+        with_spec_env GGML_CUDA_DISABLE_GRAPHS=1 timeout ${TL_KTIME_TIMEOUT:-150} ncu --clock-control none --cache-control none \
             --metrics gpu__time_duration.sum --csv --print-units base \
             "$B/llama-bench" -m "$KM" -p 0 -n "$NTOK" -r 1 -fa 1 -ngl 99 -ctk $t -ctv $t --no-warmup > "$f" 2> "$f.err"
         log "ktime ${envset:+$envset }$t ($KNAME, d0, $NTOK tokens + the k-offset probe for turbo): rc=$?"
@@ -293,7 +295,7 @@ switch_check() {
     done
     for spec in f16 $sw=0:turbo3 $sw=1:turbo3 $3; do
         split_env_spec "$spec"; t=$rest; f="$OUT/$ph-bench-${envset:+${envset//[=:]/-}-}$t.md"
-        env $(echo "${envset:-TL_NONE=1}" | tr "," " ") "$B/llama-bench" -m "$M8" -p 0 -n 128 -d ${SC_DEPTHS:-${TL_PDL_DEPTHS:-0,32768}} -r 2 -fa 1 -ngl 99 -ctk $t -ctv $t -o md > "$f" 2>&1
+        with_spec_env "$B/llama-bench" -m "$M8" -p 0 -n 128 -d ${SC_DEPTHS:-${TL_PDL_DEPTHS:-0,32768}} -r 2 -fa 1 -ngl 99 -ctk $t -ctv $t -o md > "$f" 2>&1
         log "$ph bench ${envset:+$envset }$t: $(grep -E '\| +tg128' "$f" | tr -s ' ' | sed -E 's/.*(tg128[^|]*)\| +([0-9.]+ ± [0-9.]+) \|/\1 \2/' | tr '\n' ';')"
     done
 }
@@ -326,7 +328,7 @@ if [[ " $PHASES " == *" fatime "* ]]; then
     for spec in ${TL_FATIME:-f16/32768/512 q8_0/32768/512 turbo3/32768/512 turbo2/32768/512}; do
         split_env_spec "$spec"; IFS=/ read -r ty kv nb <<< "$rest"
         f="$OUT/fatime-${envset:+${envset//[=:]/-}-}$ty-$kv-$nb.csv"
-        env $(echo "${envset:-TL_NONE=1}" | tr "," " ") timeout ${TL_FATIME_TIMEOUT:-120} ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base -c ${TL_FATIME_N:-40} \
+        with_spec_env timeout ${TL_FATIME_TIMEOUT:-120} ncu --clock-control none --metrics gpu__time_duration.sum --csv --print-units base -c ${TL_FATIME_N:-40} \
             "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "hsk=128,hsv=128,nh=8,nr23=\[4,1\],kv=$kv,nb=$nb,.*type_K=$ty,type_V=$ty" > "$f" 2>&1
         log "fatime ${envset:+$envset }$ty kv=$kv nb=$nb: rc=$? (per kernel: launches in the first ${TL_FATIME_N:-40} and mean us)"
         python3 "$REPO/ci/ktime.py" "$f" 1 2>&1 | head -8 | tee -a "$OUT/summary.txt"
@@ -360,7 +362,7 @@ if [[ " $PHASES " == *" gbench "* ]]; then
     # TL_GBENCH_SPECS: [ENV=VALUE[,ENV=VALUE]:]TYPE each, TL_GBENCH_DEPTHS: llama-bench -d
     for spec in ${TL_GBENCH_SPECS:-f16 turbo3 TURBO_K_RESCALE=0:turbo3 q8_0}; do
         split_env_spec "$spec"; t=$rest; f="$OUT/gbench-${envset:+${envset//[=:,]/-}-}$t.md"
-        env $(echo "${envset:-TL_NONE=1}" | tr "," " ") "$B/llama-bench" -m "$GEMMA" -p 0 -n 128 -d ${TL_GBENCH_DEPTHS:-0} -r 3 -fa 1 -ngl 99 -ctk $t -ctv $t -o md > "$f" 2>&1
+        with_spec_env "$B/llama-bench" -m "$GEMMA" -p 0 -n 128 -d ${TL_GBENCH_DEPTHS:-0} -r 3 -fa 1 -ngl 99 -ctk $t -ctv $t -o md > "$f" 2>&1
         log "gemma llama-bench -p 0 -n 128 -d ${TL_GBENCH_DEPTHS:-0} -r 3 -fa 1 -ngl 99 -ctk $t -ctv $t ${envset:+($envset)}: $(grep -E '\| +tg128' "$f" | tr -s ' ' | sed -E 's/.*(tg128[^|]*)\| +([0-9.]+ ± [0-9.]+) \|/\1 \2/' | tr '\n' ';')"
     done
 fi
@@ -374,7 +376,7 @@ if [[ " $PHASES " == *" ppl "* ]]; then
         kl="--kl-divergence-base $WORK/f16-logits-$TXTN-$NCH.bin"; [ "$t" != f16 ] && kl="$kl --kl-divergence"
         cmd="${envset:+$envset }llama-perplexity -m gemma-3-270m-q4_k_m.gguf -f $TXTN.txt -c 2048 --chunks $NCH -fa on -ctk $t -ctv $t -lv 4 -ngl 99 $kl"
         echo "=== $cmd" > "$f"
-        env $(echo "${envset:-TL_NONE=1}" | tr "," " ") "$B/llama-perplexity" -m "$GEMMA" -f "$TXT" -c 2048 --chunks $NCH -fa on -ctk $t -ctv $t -lv 4 -ngl 99 $kl >> "$f" 2>&1
+        with_spec_env "$B/llama-perplexity" -m "$GEMMA" -f "$TXT" -c 2048 --chunks $NCH -fa on -ctk $t -ctv $t -lv 4 -ngl 99 $kl >> "$f" 2>&1
         rc=$?
         log "ppl ${envset:+$envset }$t rc=$rc | $(grep -E 'Final estimate' "$f" | tail -1) | $(grep -E '^Mean +KLD' "$f" | tail -1) | $(grep -E '^Mean PPL\(Q\)' "$f" | tail -1) | $(grep -cE 'turbo K:' "$f") turbo-K lines | $(grep -E 'CUDA0 KV buffer size' "$f" | head -1)${TL_PPL_GREP:+ | $TL_PPL_GREP: $(grep -c "$TL_PPL_GREP" "$f") lines}"
     done

@@ -555,8 +555,8 @@ bool ggml_cuda_turbo_rope_set_rows_fusable(const ggml_tensor * rope, const ggml_
 
 // what turbo_rope_block can do (K's RoPE in the write, Q's in the attention): f32 in and out, one position per token,
 // no ne[3]; normal RoPE of any even width, neox for 128-wide heads rotated whole (a neox pair is then in one lane) and,
-// with TURBO_ROPE_NEOX_WIDE=1 (prepared after run 18, not yet run on a GPU), 256-wide ones (Gemma 3: a pair is then
-// in one lane of the head's two blocks, and the kernels load the other block's values too)
+// with TURBO_ROPE_NEOX_WIDE=1, 256-wide ones (a pair is then in one lane of the head's two blocks, and the kernels
+// load the other block's values too; run 19: its tests pass, but Gemma 3's graph matches neither fusion's pattern)
 bool ggml_cuda_turbo_rope_on_load_ok(const ggml_tensor * rope) {
     static const bool neox_wide = ggml_cuda_turbo_env_int("TURBO_ROPE_NEOX_WIDE", 0) != 0;
     const ggml_tensor * x = rope->src[0];

@@ -250,13 +250,13 @@ def test_turbo_gains_leave_qk_norm_mul_rope_in_a_row(llama_tool, model_path):
     starts = [i for i, (n, _, _) in enumerate(nodes) if n == "0"] or [0]
     graph = nodes[starts[-1]:]                      # the last graph the scheduler split: a decode step
     index = {(op, name): int(n) for n, op, name in graph}
+    norms = {int(n) for n, op, _ in graph if op == "RMS_NORM"}   # names repeat (norm-L): by index
     for il in range(18):
         for x in ("Qcur", "Kcur"):
             mul = index.get(("MUL", f"{x}_normed-{il}"))
             rope = index.get(("ROPE", f"{x}-{il}"))
             assert mul is not None and rope == mul + 1, (x, il, mul, rope)
-            norm = [int(n) for n, op, name in graph if op == "RMS_NORM" and int(n) == mul - 1]
-            assert norm, f"layer {il}: {x}'s RMS_NORM is not the node before its MUL (#{mul})"
+            assert mul - 1 in norms, f"layer {il}: {x}'s RMS_NORM is not the node before its MUL (#{mul})"
 
 
 def test_key_offsets_do_not_depend_on_the_ubatch_size(llama_tool, model_path):
