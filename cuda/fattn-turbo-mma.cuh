@@ -113,15 +113,6 @@ template <int N> static __device__ __forceinline__ void turbo_cp_async_wait() {
 #endif
 }
 
-// named barriers of n threads (v20's warp pairs, 64 threads each): arrive does not wait, sync waits for all n; shared
-// memory written before an arrive is visible after the matching sync. Barrier 0 is __syncthreads'
-static __device__ __forceinline__ void turbo_bar_sync(const int id, const int n) {
-    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory");
-}
-static __device__ __forceinline__ void turbo_bar_arrive(const int id, const int n) {
-    asm volatile("bar.arrive %0, %1;" :: "r"(id), "r"(n) : "memory");
-}
-
 // v10: the copies of one stage without a 64-bit multiply per chunk. A lane's chunks sit at fixed keys kk and
 // chunk numbers c of every tile, and a tile starts at a multiple of 16 keys, so (row & 15) does not depend on the
 // tile: each chunk's byte offset from the tile's first row is computed once, and a tile adds t1*16*nb1.
@@ -237,11 +228,10 @@ static __device__ __forceinline__ void turbo_mma_cluster_merge(const turbo_fa_pa
 // 12 = v11 merging its splits in a thread-block cluster; 13 = v14, v11 with two 16-key tiles per warp step (both
 // tiles' scores as independent chains, one softmax update for their 32 keys, then both P.V) and registers for 3
 // blocks per SM, D = 128 only (the default for turbo3 V from 16K keys up, fattn-turbo.cu); 11 = v18, v14 at 4 blocks
-// per SM with q's fragments in shared memory (the default for turbo2 from 16K keys); 22, 23 = v20, warp
-// specialization (see WS below; prepared after run 19, not yet run on a GPU). Earlier variants (v4-v7, v12, v14 at 4 blocks
+// per SM with q's fragments in shared memory (not yet run on a GPU). Earlier variants (v4-v7, v12, v14 at 4 blocks
 // per SM with q in registers, v15, v16, v17) and their measurements are in results/cuda-fa-notes.md.
 template <int D, ggml_type type_K, ggml_type type_V, int VAR>
-__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 13 ? 3 : VAR == 22 ? 6 : VAR == 23 ? 5 : TURBO_MMA_MIN_BLOCKS) : 1)
+__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 13 ? 3 : TURBO_MMA_MIN_BLOCKS) : 1)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #ifndef AMPERE_MMA_AVAILABLE
     GGML_UNUSED(p);
@@ -262,29 +252,15 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // VAR 12 = v11 with the splits merged in a thread-block cluster (see turbo_mma_cluster_merge). A variant of its
     // own: the merge code in every kernel costs the loop ~125 more instructions per step (registers), static count
     constexpr bool CLUSTER = VAR == 12;
-    // v20 (22): warp specialization. Warps 0, 1 score (K staging, decode, S = K.Q^T, online softmax) and hand P and
-    // the rescale factors to warps 2, 3 (V staging, decode, O^T += V^T.P^T) through shared memory, a pair per tile
-    // sequence; each warp keeps half of the state (no q fragments in the V warps, no O in the scoring ones), so
-    // that 6 blocks (24 warps) fit on an SM instead of 4 (16): run 11-19 found the loop bound by instruction issue
-    // with ~3.6 warps per scheduler and slots half used; v19 (more warps, 1.6x the instructions) lost by about the
-    // extra instructions, so here the instructions stay those of v11 and only the warps go up
-    // (23: the same at 5 blocks per SM, 96 registers: no spills; 22 spills 8 bytes, outside the loops)
-    constexpr bool WS = VAR == 22 || VAR == 23;
-    static_assert(!WS || (NB == 1 && cfg::TPS == 1), "v20 is compiled for D = 128 only");
-    constexpr int NL = WS ? NW/2 : NW;                                // warps (pairs) that walk tiles
-    constexpr int KSTAGE = TURBO_MMA_KEYS*cfg::KW, VSTAGE = TURBO_MMA_KEYS*cfg::VW;   // v20: a warp's stage, words
-    constexpr int RING = WS ? NL*cfg::NSTAGE*(KSTAGE + VSTAGE) : NW*cfg::NSTAGE*cfg::WORDS;   // staging ring, words
-    constexpr int OSZ  = NL*NR*D;                                     // the warps' outputs (epilogue), floats
-    __shared__ float4 hand_p[WS ? NL*2*WARP_SIZE : 1];                // v20: P of a tile, two slots per pair
-    __shared__ float2 hand_a[WS ? NL*2*WARP_SIZE : 1];                // v20: the rescale factors of O's rows
+    constexpr int RING = NW*cfg::NSTAGE*cfg::WORDS;                   // staging ring, words
+    constexpr int OSZ  = NW*NR*D;                                     // the warps' outputs (epilogue), floats
     __shared__ float    q_sh[NR*QS];
     __shared__ __align__(256) uint32_t pairK[64];
     __shared__ __align__(256) uint32_t pairV[64];
-    __shared__ float    Ms[NL*NR], Ls[NL*NR];
+    __shared__ float    Ms[NW*NR], Ls[NW*NR];
     __shared__ float    Mc[NR], Lc[NR];                           // cluster merge: this block's row maxima and sums
-    // the ring is dead when the outputs are written (v20: they have memory of their own)
-    __shared__ uint32_t ring_os[WS ? RING + OSZ : RING > OSZ ? RING : OSZ];
-    float * Os = (float *) (ring_os + (WS ? RING : 0));
+    __shared__ uint32_t ring_os[RING > OSZ ? RING : OSZ];             // the ring is dead when the outputs are written
+    float * Os = (float *) ring_os;
 
     const int tid  = threadIdx.x;
     const int lane = tid % WARP_SIZE;
@@ -312,28 +288,16 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     const int n_tiles = (p.n_kv + TURBO_MMA_KEYS - 1) / TURBO_MMA_KEYS;
     const int t_begin = split*p.tiles_per_split;
     const int t_end   = min(n_tiles, t_begin + p.tiles_per_split);
-    // v20: the scoring warps' K rings, then the V warps' rings
-    const bool scorer = !WS || warp < NL;   // warp-uniform
-    const int  pair   = WS ? warp % NL : warp;
-    uint32_t * ring = !WS ? ring_os + warp*cfg::NSTAGE*cfg::WORDS
-                    : scorer ? ring_os + pair*cfg::NSTAGE*KSTAGE : ring_os + NL*cfg::NSTAGE*KSTAGE + pair*cfg::NSTAGE*VSTAGE;
+    uint32_t * ring = ring_os + warp*cfg::NSTAGE*cfg::WORDS;
     // one stage's copies: K rows then V rows of the 16 keys of tile t1
     turbo_mma_chunk_src<cfg::KC, cfg::KW> ksrc;
     turbo_mma_chunk_src<cfg::VC, cfg::VW> vsrc;
     ksrc.init(Kb, p.nb11, lane);
     vsrc.init(Vb, p.nb21, lane);
-    // (v20: a scoring warp stages K rows only, a V warp V rows only)
     auto stage = [&](uint32_t * st, const int t1) {
-        if (!WS || scorer) {
-            ksrc.copy(st, Kb, p.nb11, t1, p.n_kv, lane);
-        }
-        if (!WS) {
-            vsrc.copy(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1, p.n_kv, lane);
-        } else if (!scorer) {
-            vsrc.copy(st, Vb, p.nb21, t1, p.n_kv, lane);
-        }
+        ksrc.copy(st, Kb, p.nb11, t1, p.n_kv, lane);
+        vsrc.copy(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1, p.n_kv, lane);
     };
-    const int SST = !WS ? cfg::WORDS : scorer ? KSTAGE : VSTAGE;   // words per stage of this warp's ring
     // TURBO_PDL: everything above reads no memory that the kernels before write; the K/V write of this step is one.
     // The merge kernel may launch now, as upstream's kernels let theirs (its blocks wait in ggml_cuda_pdl_sync, which
     // returns once this whole grid has finished and its writes are visible): its launch then overlaps this kernel
@@ -342,12 +306,12 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     ggml_cuda_pdl_sync();
     // the first stages' K/V copies go out before the Q prologue, so that their latency overlaps it (short
     // contexts are latency: a warp there has one or two steps)
-    int tt = t_begin + pair;
+    int tt = t_begin + warp;
 #pragma unroll
     for (int st = 0; st < (cfg::GROUPS - 1)*TPS; ++st) {
-        const int t1 = tt + st*NL;
+        const int t1 = tt + st*NW;
         if (t1 < t_end) {
-            stage(ring + st*SST, t1);
+            stage(ring + st*cfg::WORDS, t1);
         }
         if (st % TPS == TPS - 1) {
             turbo_cp_async_commit();
@@ -599,100 +563,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
     };
 
-    if (WS) {
-        // v20: pair `pair` walks tiles tt, tt + NL, ...; the scoring warp hands each tile's P and O's rescale factors
-        // to the V warp through slot it % 2 (named barriers per slot: ids 1..4 full, 5..8 empty). Each role has a
-        // loop and an epilogue of its own, so that no register of the other role's state (q fragments, O) is live
-        // in it; the outputs go to shared memory not shared with the rings, so neither waits for the other to finish
-        const int n_it = max(0, (t_end - tt + NL - 1)/NL);
-        // a step's staging: refill the stage read two steps back, then wait for this step's
-        auto ws_stage = [&](const int it, const int t0) {
-            __syncwarp();   // every lane is done with the stage refilled below (read in the step before)
-            const int t1 = t0 + (cfg::GROUPS - 1)*NL;
-            if (t1 < t_end) {
-                stage(ring + ((it + cfg::GROUPS - 1) % cfg::GROUPS)*SST, t1);
-            }
-            turbo_cp_async_commit();
-            turbo_cp_async_wait<cfg::GROUPS - 1>();
-            __syncwarp();   // the other lanes' copies of this step's stage are visible
-            return (const uint32_t *) ring + (it % cfg::GROUPS)*SST;
-        };
-        if (scorer) {
-            for (int it = 0; it < n_it; tt += NL, ++it) {
-                const uint32_t * gst = ws_stage(it, tt);
-                const int slot = pair*2 + (it & 1);
-                float mv[4], s[4];
-                tile_mask(tt*TURBO_MMA_KEYS, mv);
-                tile_scores(gst, tt*TURBO_MMA_KEYS, mv, s);
-                float alpha[2];
-#pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    float mx = fmaxf(s[i], s[i + 2]);
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 4));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 8));
-                    mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 16));
-                    const float M_new = fmaxf(M[i], mx);
-                    alpha[i] = M_new == -INFINITY ? 1.0f : exp2f(M[i] - M_new);
-                    M[i] = M_new;
-                }
-                float pr[4];
-#pragma unroll
-                for (int e = 0; e < 4; ++e) {
-                    pr[e] = M[e & 1] == -INFINITY ? 0.0f : exp2f(s[e] - M[e & 1]);
-                }
-                L[0] = L[0]*alpha[0] + pr[0] + pr[2];
-                L[1] = L[1]*alpha[1] + pr[1] + pr[3];
-                if (it >= 2) {
-                    turbo_bar_sync(5 + slot, 2*WARP_SIZE);   // the V warp has read this slot's tile before
-                }
-                hand_p[slot*WARP_SIZE + lane] = make_float4(pr[0], pr[1], pr[2], pr[3]);
-                hand_a[slot*WARP_SIZE + lane] = make_float2(alpha[0], alpha[1]);
-                turbo_bar_arrive(1 + slot, 2*WARP_SIZE);
-            }
-#pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                L[i] += __shfl_xor_sync(0xffffffff, L[i], 4);
-                L[i] += __shfl_xor_sync(0xffffffff, L[i], 8);
-                L[i] += __shfl_xor_sync(0xffffffff, L[i], 16);
-                if (g == 0) {
-                    Ms[pair*NR + 2*t + i] = M[i];
-                    Ls[pair*NR + 2*t + i] = L[i];
-                }
-            }
-        } else {
-            for (int it = 0; it < n_it; tt += NL, ++it) {
-                const uint32_t * gst = ws_stage(it, tt);
-                const int slot = pair*2 + (it & 1);
-                turbo_bar_sync(1 + slot, 2*WARP_SIZE);
-                const float4 P4 = hand_p[slot*WARP_SIZE + lane];
-                const float2 A2 = hand_a[slot*WARP_SIZE + lane];
-                if (it + 2 < n_it) {
-                    turbo_bar_arrive(5 + slot, 2*WARP_SIZE);   // only the arrives that a later sync waits for
-                }
-                if (A2.x != 1.0f || A2.y != 1.0f) {
-#pragma unroll
-                    for (int j = 0; j < NB*8; ++j) {
-                        o[j][0] *= A2.x; o[j][1] *= A2.y;
-                        o[j][2] *= A2.x; o[j][3] *= A2.y;
-                    }
-                }
-                const float pr[4] = {P4.x, P4.y, P4.z, P4.w};
-                tile_pv(gst, pr);
-            }
-#pragma unroll
-            for (int j = 0; j < NB*8; ++j) {
-                const int d = 16*g + 2*j;
-                float * ob = Os + (pair*NR + 2*t)*D;
-                ob[d]         = o[j][0];   // dim d,   row 2t
-                ob[D + d]     = o[j][1];   // dim d,   row 2t+1
-                ob[d + 1]     = o[j][2];   // dim d+1, row 2t
-                ob[D + d + 1] = o[j][3];
-            }
-        }
-        turbo_cp_async_wait<0>();
-    }
     // a step: TPS tiles (tt, tt + NW, ...), staged as one group of the ring; GROUPS - 1 groups are in flight
-    for (int it = 0; !WS && tt < t_end; tt += TPS*NW, ++it) {
+    for (int it = 0; tt < t_end; tt += TPS*NW, ++it) {
         const uint32_t * gst = ring + (it % cfg::GROUPS)*TPS*cfg::WORDS;   // this step's stages
         __syncwarp();   // every lane is done with the group refilled below (read in the step before)
         uint32_t * nst = ring + ((it + cfg::GROUPS - 1) % cfg::GROUPS)*TPS*cfg::WORDS;
@@ -773,10 +645,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             }
         }
     }
-    if (!WS) {
-        turbo_cp_async_wait<0>();
-    }
-    if (!CLUSTER && !WS && p.warp_partials) {
+    turbo_cp_async_wait<0>();
+    if (!CLUSTER && p.warp_partials) {
         // TURBO_FA_WARP_PARTIALS=1 (prepared after run 15, not yet run on a GPU): no block barrier and no merge of
         // the warps through shared memory on the way out (at depth 0 the epilogue is part of every decode step's
         // chain); each warp stores its rows as a split of its own, the combine kernel merges 4x as many splits
@@ -806,16 +676,11 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
         return;
     }
-    if (!WS) {
-        __syncthreads();   // the ring becomes the output buffer
-    }
+    __syncthreads();   // the ring becomes the output buffer
 
     // ---- merge the warps of the block, write this split's partial result (max in base e)
 #pragma unroll
     for (int i = 0; i < 2; ++i) {
-        if (WS) {
-            break;   // v20 wrote its maxima, sums and outputs after its loops
-        }
         L[i] += __shfl_xor_sync(0xffffffff, L[i], 4);
         L[i] += __shfl_xor_sync(0xffffffff, L[i], 8);
         L[i] += __shfl_xor_sync(0xffffffff, L[i], 16);
@@ -826,9 +691,6 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     }
 #pragma unroll
     for (int j = 0; j < NB*8; ++j) {
-        if (WS) {
-            break;
-        }
         const int d = (j >> 3)*QK_TURBO + 16*g + 2*(j & 7);
         float * ob = Os + (warp*NR + 2*t)*D;
         ob[d]         = o[j][0];   // dim d,   row 2t
@@ -844,13 +706,13 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         const int r = it / D, d = it % D;
         float mx = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < NL; ++w) {
+        for (int w = 0; w < NW; ++w) {
             mx = fmaxf(mx, Ms[w*NR + r]);
         }
         float acc = 0.0f, sum = 0.0f;
         if (mx != -INFINITY) {
 #pragma unroll
-            for (int w = 0; w < NL; ++w) {
+            for (int w = 0; w < NW; ++w) {
                 const float f = exp2f(Ms[w*NR + r] - mx);
                 acc += Os[(w*NR + r)*D + d]*f;
                 sum += Ls[w*NR + r]*f;
@@ -880,8 +742,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     X(128, GGML_TYPE_TURBO3, 8) X(128, GGML_TYPE_TURBO2, 8) X(256, GGML_TYPE_TURBO3, 8) X(256, GGML_TYPE_TURBO2, 8) \
     X(128, GGML_TYPE_TURBO3, 9) X(128, GGML_TYPE_TURBO2, 9) X(256, GGML_TYPE_TURBO3, 9) X(256, GGML_TYPE_TURBO2, 9) \
     X(128, GGML_TYPE_TURBO3, 12) X(128, GGML_TYPE_TURBO2, 12) X(256, GGML_TYPE_TURBO3, 12) X(256, GGML_TYPE_TURBO2, 12) \
-    X(128, GGML_TYPE_TURBO3, 13) X(128, GGML_TYPE_TURBO2, 13) X(128, GGML_TYPE_TURBO3, 11) X(128, GGML_TYPE_TURBO2, 11) \
-    X(128, GGML_TYPE_TURBO3, 22) X(128, GGML_TYPE_TURBO2, 22) X(128, GGML_TYPE_TURBO3, 23) X(128, GGML_TYPE_TURBO2, 23)
+    X(128, GGML_TYPE_TURBO3, 13) X(128, GGML_TYPE_TURBO2, 13) X(128, GGML_TYPE_TURBO3, 11) X(128, GGML_TYPE_TURBO2, 11)
 
 // a plain launch, or (p.cluster) one cluster of p.n_split blocks per row group (grid.x = n_split)
 static void turbo_mma_launch_one(void (*kernel)(const turbo_fa_params), cudaStream_t stream, const turbo_fa_params & p,
@@ -920,7 +781,7 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at whole waves)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const int var) {
-    static int cache[2][2][16] = {};   // var 8 .. 23
+    static int cache[2][2][6] = {};   // var 8 .. 13
     int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var - 8];
     if (n == 0) {
         const void * fn = nullptr;
