@@ -3,11 +3,15 @@
 # libraries) on a machine without a GPU or cuBLAS, for `ci/gpu-run.sh prebuilt` on the H200 when the device time
 # left is less than a CUDA build there (run 19, lease 4).
 #   ci/make-prebuilt.sh <prepared tree dir> [build dir, default /tmp/cbuild]
+#   TL_PREBUILT_TARGETS: the programs (default: llama-bench llama-perplexity; with test-backend-ops the tests are
+#   configured too)
 # Needs nvcc (13.x), cmake, ninja and pip access to PyPI: cuBLAS comes from the `nvidia-cublas` wheel (headers and
 # libraries to compile and link against); libcuda is a stub with the driver symbols ggml-cuda uses, for the link
 # only. On the H200 the binaries load that machine's own libcudart, libcublas and libcuda (LD_LIBRARY_PATH, set by
 # gpu-run.sh). ~25 minutes on 2 cores from scratch; the build dir is reused.
 set -eu
+TARGETS=${TL_PREBUILT_TARGETS:-llama-bench llama-perplexity}
+TESTS=OFF; case " $TARGETS " in *" test-backend-ops "*) TESTS=ON ;; esac
 SRC=$1
 BLD=${2:-/tmp/cbuild}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
@@ -38,18 +42,18 @@ ln -sf libcuda.so "$STUB/libcuda.so.1"
 while read -r s d; do case "$s" in cuda/*) cp "$REPO/$s" "$SRC/$d" ;; esac; done < "$REPO/patches/b11312/overlay"
 
 cmake -S "$SRC" -B "$BLD" -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release \
-    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=OFF \
+    -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=$TESTS \
     -DLLAMA_BUILD_APP=OFF -DGGML_NATIVE=OFF \
     -DCUDA_cublas_LIBRARY="$CUBLAS/lib/libcublas.so" -DCUDA_cublasLt_LIBRARY="$CUBLAS/lib/libcublasLt.so" \
     -DCUDA_cuda_driver_LIBRARY="$STUB/libcuda.so" \
     -DCMAKE_CUDA_FLAGS="-I$CUBLAS/include" -DCMAKE_CXX_FLAGS="-I$CUBLAS/include" > "$BLD.configure.log"
 # the executables' link resolves libggml-cuda's libcuda.so.1 and libcublas.so.13 through LD_LIBRARY_PATH
-LD_LIBRARY_PATH="$STUB:$CUBLAS/lib" ninja -C "$BLD" -j"$(nproc)" llama-bench llama-perplexity
+LD_LIBRARY_PATH="$STUB:$CUBLAS/lib" ninja -C "$BLD" -j"$(nproc)" $TARGETS
 
 PKG=$(mktemp -d)
 mkdir -p "$PKG/bin"
-(cd "$BLD/bin" && cp -a llama-bench llama-perplexity lib*.so* "$PKG/bin/")
-(cd "$PKG/bin" && strip --strip-unneeded llama-bench llama-perplexity lib*.so.*.* lib*-impl.so)
+(cd "$BLD/bin" && cp -a $TARGETS lib*.so* "$PKG/bin/")
+(cd "$PKG/bin" && strip --strip-unneeded $TARGETS lib*.so.*.* lib*-impl.so)
 tar czf "$REPO/.devcarry/prebuilt.tar.gz" -C "$PKG" bin
 rm -rf "$PKG"
 ls -la "$REPO/.devcarry/prebuilt.tar.gz"

@@ -113,6 +113,12 @@ template <int N> static __device__ __forceinline__ void turbo_cp_async_wait() {
 #endif
 }
 
+// a named barrier of n threads (v21's warp pairs: 64); shared memory written before it is visible to the others
+// after it. Barrier 0 is __syncthreads'
+static __device__ __forceinline__ void turbo_bar_sync(const int id, const int n) {
+    asm volatile("bar.sync %0, %1;" :: "r"(id), "r"(n) : "memory");
+}
+
 // v10: the copies of one stage without a 64-bit multiply per chunk. A lane's chunks sit at fixed keys kk and
 // chunk numbers c of every tile, and a tile starts at a multiple of 16 keys, so (row & 15) does not depend on the
 // tile: each chunk's byte offset from the tile's first row is computed once, and a tile adds t1*16*nb1.
@@ -228,10 +234,11 @@ static __device__ __forceinline__ void turbo_mma_cluster_merge(const turbo_fa_pa
 // 12 = v11 merging its splits in a thread-block cluster; 13 = v14, v11 with two 16-key tiles per warp step (both
 // tiles' scores as independent chains, one softmax update for their 32 keys, then both P.V) and registers for 3
 // blocks per SM, D = 128 only (the default for turbo3 V from 16K keys up, fattn-turbo.cu); 11 = v18, v14 at 4 blocks
-// per SM with q's fragments in shared memory (not yet run on a GPU). Earlier variants (v4-v7, v12, v14 at 4 blocks
+// per SM with q's fragments in shared memory (the default for turbo2 from 16K keys); 24 = v21, D = 256 only: the two
+// 128-blocks of a row split over a warp pair (see PAIR below; prepared after run 20, not yet run on a GPU). Earlier variants (v4-v7, v12, v14 at 4 blocks
 // per SM with q in registers, v15, v16, v17) and their measurements are in results/cuda-fa-notes.md.
 template <int D, ggml_type type_K, ggml_type type_V, int VAR>
-__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 13 ? 3 : TURBO_MMA_MIN_BLOCKS) : 1)
+__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 13 ? 3 : TURBO_MMA_MIN_BLOCKS) : VAR == 24 ? 3 : 1)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #ifndef AMPERE_MMA_AVAILABLE
     GGML_UNUSED(p);
@@ -244,7 +251,17 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     constexpr int QS = D + 4;
     constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
-    typedef turbo_mma_stage_cfg<NB, KBITS, VBITS, VAR> cfg;
+    // v21 (24, D = 256): the warps of a pair walk the same tiles, each with one of the two 128-blocks of every K and V
+    // row (its own staging, q fragments, decode and mma: the D = 128 loop), and they add their halves of each tile's
+    // scores through shared memory (one pair barrier per tile) before both run the same softmax. The other D = 256
+    // variants keep both blocks in every warp: 246 registers, one block (4 warps) per SM, and at depth 0 one warp's
+    // chain of both blocks per tile; here registers for 3 blocks per SM (at 4, 128 registers, the loop spilled), and
+    // half the chain
+    constexpr bool PAIR = VAR == 24;
+    static_assert(!PAIR || NB == 2, "v21 is compiled for D = 256 only");
+    constexpr int NBL = PAIR ? 1 : NB;                                // 128-blocks of a row in each warp's loop
+    constexpr int NL  = PAIR ? NW/2 : NW;                             // warps (pairs) that walk tiles
+    typedef turbo_mma_stage_cfg<NBL, KBITS, VBITS, VAR> cfg;
     constexpr int TPS = cfg::TPS;
     // v18 (11): v14 at 4 blocks per SM without spills: q's B fragments are read from shared memory at each use
     // instead of held in 16 registers (v14 with them in registers spilled 36-40 bytes at 4 blocks, run 14)
@@ -253,11 +270,13 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // own: the merge code in every kernel costs the loop ~125 more instructions per step (registers), static count
     constexpr bool CLUSTER = VAR == 12;
     constexpr int RING = NW*cfg::NSTAGE*cfg::WORDS;                   // staging ring, words
-    constexpr int OSZ  = NW*NR*D;                                     // the warps' outputs (epilogue), floats
+    constexpr int OSZ  = NL*NR*D;                                     // the warps' outputs (epilogue), floats
     __shared__ float    q_sh[NR*QS];
     __shared__ __align__(256) uint32_t pairK[64];
     __shared__ __align__(256) uint32_t pairV[64];
-    __shared__ float    Ms[NW*NR], Ls[NW*NR];
+    __shared__ float    Ms[NL*NR], Ls[NL*NR];
+    __shared__ float4   xs_s[PAIR ? NL*2*2*WARP_SIZE : 1];           // v21: each warp's half of a tile's scores,
+    __shared__ float2   xs_n[PAIR ? NL*2*2*WARP_SIZE : 1];           // and its K norms, two slots per pair
     __shared__ float    Mc[NR], Lc[NR];                           // cluster merge: this block's row maxima and sums
     __shared__ uint32_t ring_os[RING > OSZ ? RING : OSZ];             // the ring is dead when the outputs are written
     float * Os = (float *) ring_os;
@@ -283,8 +302,12 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     }
     const uint32_t pairK_sh = (uint32_t) __cvta_generic_to_shared(pairK);
     const uint32_t pairV_sh = (uint32_t) __cvta_generic_to_shared(pairV);
-    const char * Kb = p.K + (int64_t) hk*p.nb12 + (int64_t) (iq3 % p.ne13)*p.nb13;
-    const char * Vb = p.V + (int64_t) hk*p.nb22 + (int64_t) (iq3 % p.ne23)*p.nb23;
+    // v21: a warp's pair and its 128-block (bw) of every row; its rows start bw blocks in
+    const int pair = PAIR ? warp / 2 : warp;
+    const int bw   = PAIR ? warp % 2 : 0;
+    constexpr int KBS = KBITS == 3 ? 50 : 34, VBS = VBITS == 3 ? 50 : 34;
+    const char * Kb = p.K + (int64_t) hk*p.nb12 + (int64_t) (iq3 % p.ne13)*p.nb13 + bw*KBS;
+    const char * Vb = p.V + (int64_t) hk*p.nb22 + (int64_t) (iq3 % p.ne23)*p.nb23 + bw*VBS;
     const int n_tiles = (p.n_kv + TURBO_MMA_KEYS - 1) / TURBO_MMA_KEYS;
     const int t_begin = split*p.tiles_per_split;
     const int t_end   = min(n_tiles, t_begin + p.tiles_per_split);
@@ -306,10 +329,10 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     ggml_cuda_pdl_sync();
     // the first stages' K/V copies go out before the Q prologue, so that their latency overlaps it (short
     // contexts are latency: a warp there has one or two steps)
-    int tt = t_begin + warp;
+    int tt = t_begin + pair;
 #pragma unroll
     for (int st = 0; st < (cfg::GROUPS - 1)*TPS; ++st) {
-        const int t1 = tt + st*NW;
+        const int t1 = tt + st*NL;
         if (t1 < t_end) {
             stage(ring + st*cfg::WORDS, t1);
         }
@@ -359,19 +382,19 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         const int task = warp + i*NW;
         const int r = task / NB, blk = task % NB;
         const int rho = rg*NR + r;
-        if (NB == 1 && p.rope_once) {
-            if (rho < R) {   // warp-uniform; a pad row is zeros either way
+        // a pad row (a GQA group of 4 fills half of the 8) is zeros, loaded as such: no RoPE, no FWHT (warp-uniform)
+        if (rho < R) {
+            if (NB == 1 && p.rope_once) {
                 turbo_rope_apply(p.rope, qv[i], 0, rc, rs, lane);
+            } else if (p.rope.pos) {
+                turbo_rope_block(p.rope, qv[i], blk*QK_TURBO, p.rope.pos[rho / p.gqa], lane, neox_wide ? qn[i] : nullptr);
             }
-        } else if (p.rope.pos) {
-            turbo_rope_block(p.rope, qv[i], blk*QK_TURBO, p.rope.pos[rho < R ? rho / p.gqa : 0], lane,
-                             neox_wide ? qn[i] : nullptr);
-        }
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            qv[i][k] *= turbo_sign_neg(lane + 32*k) ? -qscale : qscale;
+            for (int k = 0; k < 4; ++k) {
+                qv[i][k] *= turbo_sign_neg(lane + 32*k) ? -qscale : qscale;
+            }
+            turbo_warp_fwht(qv[i], lane);
         }
-        turbo_warp_fwht(qv[i], lane);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             q_sh[r*QS + blk*QK_TURBO + lane + 32*k] = qv[i][k];
@@ -379,21 +402,22 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     }
     __syncthreads();
     // B fragments of Q^T: chunk c = 8*blk + cc holds dims 128 blk + 32t + 4cc + {0,1} (b0), {2,3} (b1) of row g
-    uint32_t qb[NB*8][2];
+    // (v21: the chunks of the warp's block bw only)
+    uint32_t qb[NBL*8][2];
 #pragma unroll
-    for (int c = 0; c < NB*8; ++c) {
-        const float * qr = q_sh + g*QS + (c >> 3)*QK_TURBO + 32*t + 4*(c & 7);
+    for (int c = 0; c < NBL*8; ++c) {
+        const float * qr = q_sh + g*QS + (PAIR ? bw : c >> 3)*QK_TURBO + 32*t + 4*(c & 7);
         qb[c][0] = turbo_h2_bits(qr[0]*TURBO_CUDA_INV_SQRT_QK, qr[1]*TURBO_CUDA_INV_SQRT_QK);
         qb[c][1] = turbo_h2_bits(qr[2]*TURBO_CUDA_INV_SQRT_QK, qr[3]*TURBO_CUDA_INV_SQRT_QK);
     }
     // v18: the fragments (the same in every warp) replace q in q_sh: chunk c of lane l at uint2 c*32 + l
     const uint32_t qfrag_sh = (uint32_t) __cvta_generic_to_shared(q_sh) + 8*lane;
     if (QSH) {
-        static_assert(!QSH || NB*8*WARP_SIZE*2 <= NR*QS, "q fragments do not fit in q_sh");
+        static_assert(!QSH || NBL*8*WARP_SIZE*2 <= NR*QS, "q fragments do not fit in q_sh");
         __syncthreads();   // every warp has read q_sh
         if (warp == 0) {
 #pragma unroll
-            for (int c = 0; c < NB*8; ++c) {
+            for (int c = 0; c < NBL*8; ++c) {
                 ((uint2 *) q_sh)[c*WARP_SIZE + lane] = make_uint2(qb[c][0], qb[c][1]);
             }
         }
@@ -426,9 +450,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     const float cap  = p.logit_softcap*LOG2E;
     const float icap = p.logit_softcap != 0.0f ? 1.0f/cap : 0.0f;
 
-    float o[NB*8][4];
+    float o[NBL*8][4];
 #pragma unroll
-    for (int j = 0; j < NB*8; ++j) {
+    for (int j = 0; j < NBL*8; ++j) {
         o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     }
     float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f};
@@ -449,7 +473,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             vsh4[i] = (int) (((uintptr_t) Vb + (int64_t) (k0 + 2*t + (i & 1) + 8*(i >> 1))*p.nb21) & cfg::ALIGN);
         }
     };
-    if (NB == 1) {
+    if (NBL == 1) {
         staged_offsets(0);
     }
 
@@ -464,14 +488,15 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             }
         }
     };
-    constexpr int KBS = KBITS == 3 ? 50 : 34, VBS = VBITS == 3 ? 50 : 34;
 
     // ---- one tile's S^T = K . Q^T, one 128-block at a time (each has its own norm), then softcap and mask;
     // s[e]: key k0 + g + 8*(e/2), row 2t + e%2
-    auto tile_scores = [&](const uint32_t * kst, const int k0, const float (&mv)[4], float (&s)[4]) {
+    // (v21: xslot is the exchange slot of the step, see below)
+    auto tile_scores = [&](const uint32_t * kst, const int k0, const float (&mv)[4], float (&s)[4], const int xslot) {
         s[0] = s[1] = s[2] = s[3] = 0.0f;
+        float sb_own[4], n_own[2];
 #pragma unroll
-        for (int b = 0; b < NB; ++b) {
+        for (int b = 0; b < NBL; ++b) {
             uint32_t lo0[2], lo1[2], hi[2];
 #pragma unroll
             for (int i = 0; i < 2; ++i) {
@@ -506,6 +531,20 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             const float n1 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + (g + 8)*cfg::KW, ksh[1] + b*KBS)));
             s[0] += sb[0]*n0; s[1] += sb[1]*n0;
             s[2] += sb[2]*n1; s[3] += sb[3]*n1;
+            sb_own[0] = sb[0]; sb_own[1] = sb[1]; sb_own[2] = sb[2]; sb_own[3] = sb[3];
+            n_own[0] = n0; n_own[1] = n1;
+        }
+        if (PAIR) {
+            // v21: the pair's two halves of the scores, added in the order of the other variants' loop over the
+            // blocks (block 0's product, then block 1's by one fma), so that both warps hold the same bits
+            const int x0 = ((pair*2 + xslot)*2)*WARP_SIZE + lane;
+            xs_s[x0 + bw*WARP_SIZE] = make_float4(sb_own[0], sb_own[1], sb_own[2], sb_own[3]);
+            xs_n[x0 + bw*WARP_SIZE] = make_float2(n_own[0], n_own[1]);
+            turbo_bar_sync(1 + pair, 2*WARP_SIZE);
+            const float4 a = xs_s[x0], c = xs_s[x0 + WARP_SIZE];
+            const float2 na = xs_n[x0], nc = xs_n[x0 + WARP_SIZE];
+            s[0] = fmaf(c.x, nc.x, a.x*na.x); s[1] = fmaf(c.y, nc.x, a.y*na.x);
+            s[2] = fmaf(c.z, nc.y, a.z*na.y); s[3] = fmaf(c.w, nc.y, a.w*na.y);
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
@@ -526,7 +565,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // ---- one tile's O^T += V^T . P^T, P scaled per key by the V norm of each 128-block
     auto tile_pv = [&](const uint32_t * vst, const float (&pr)[4]) {
 #pragma unroll
-        for (int b = 0; b < NB; ++b) {
+        for (int b = 0; b < NBL; ++b) {
             const float vn0 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(vst + g*cfg::VW, vsh[0] + b*VBS)));
             const float vn1 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(vst + (g + 8)*cfg::VW, vsh[1] + b*VBS)));
             const uint32_t pb0 = turbo_movmatrix_trans(turbo_h2_bits(pr[0]*vn0, pr[1]*vn0));  // keys 2t, 2t+1; row g
@@ -563,14 +602,14 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
     };
 
-    // a step: TPS tiles (tt, tt + NW, ...), staged as one group of the ring; GROUPS - 1 groups are in flight
-    for (int it = 0; tt < t_end; tt += TPS*NW, ++it) {
+    // a step: TPS tiles (tt, tt + NL, ...), staged as one group of the ring; GROUPS - 1 groups are in flight
+    for (int it = 0; tt < t_end; tt += TPS*NL, ++it) {
         const uint32_t * gst = ring + (it % cfg::GROUPS)*TPS*cfg::WORDS;   // this step's stages
         __syncwarp();   // every lane is done with the group refilled below (read in the step before)
         uint32_t * nst = ring + ((it + cfg::GROUPS - 1) % cfg::GROUPS)*TPS*cfg::WORDS;
 #pragma unroll
         for (int u = 0; u < TPS; ++u) {
-            const int t1 = tt + ((cfg::GROUPS - 1)*TPS + u)*NW;
+            const int t1 = tt + ((cfg::GROUPS - 1)*TPS + u)*NL;
             if (t1 < t_end) {
                 stage(nst + u*cfg::WORDS, t1);
             }
@@ -578,22 +617,22 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         turbo_cp_async_commit();
         turbo_cp_async_wait<cfg::GROUPS - 1>();
         __syncwarp();   // the other lanes' copies of this step's stages are visible
-        if (NB != 1) {
-            staged_offsets(tt*TURBO_MMA_KEYS);   // NB != 1 only with TPS = 1
+        if (NBL != 1) {
+            staged_offsets(tt*TURBO_MMA_KEYS);   // NBL != 1 only with TPS = 1
         }
 
         // a tile past the split's end (only the second of a v14 step, warp-uniform) was not staged: it is
         // never read, its scores are -inf and its P.V is skipped
-        auto staged = [&](const int u) { return u == 0 || tt + u*NW < t_end; };
+        auto staged = [&](const int u) { return u == 0 || tt + u*NL < t_end; };
         float mv[TPS][4], s[TPS][4];
 #pragma unroll
         for (int u = 0; u < TPS; ++u) {
-            tile_mask((tt + u*NW)*TURBO_MMA_KEYS, mv[u]);
+            tile_mask((tt + u*NL)*TURBO_MMA_KEYS, mv[u]);
         }
 #pragma unroll
         for (int u = 0; u < TPS; ++u) {
             if (staged(u)) {
-                tile_scores(gst + u*cfg::WORDS, (tt + u*NW)*TURBO_MMA_KEYS, mv[u], s[u]);
+                tile_scores(gst + u*cfg::WORDS, (tt + u*NL)*TURBO_MMA_KEYS, mv[u], s[u], it & 1);
             } else {
                 s[u][0] = s[u][1] = s[u][2] = s[u][3] = -INFINITY;
             }
@@ -632,7 +671,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
         if (alpha[0] != 1.0f || alpha[1] != 1.0f) {
 #pragma unroll
-            for (int j = 0; j < NB*8; ++j) {
+            for (int j = 0; j < NBL*8; ++j) {
                 o[j][0] *= alpha[0]; o[j][1] *= alpha[1];
                 o[j][2] *= alpha[0]; o[j][3] *= alpha[1];
             }
@@ -646,7 +685,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
     }
     turbo_cp_async_wait<0>();
-    if (!CLUSTER && p.warp_partials) {
+    if (!CLUSTER && !PAIR && p.warp_partials) {
         // TURBO_FA_WARP_PARTIALS=1 (prepared after run 15, not yet run on a GPU): no block barrier and no merge of
         // the warps through shared memory on the way out (at depth 0 the epilogue is part of every decode step's
         // chain); each warp stores its rows as a split of its own, the combine kernel merges 4x as many splits
@@ -669,7 +708,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             }
             float * orow = p.part_acc + (wslot + r)*D;
 #pragma unroll
-            for (int j = 0; j < NB*8; ++j) {
+            for (int j = 0; j < NBL*8; ++j) {
                 const int d = (j >> 3)*QK_TURBO + 16*g + 2*(j & 7);
                 *(float2 *) (orow + d) = i == 0 ? make_float2(o[j][0], o[j][2]) : make_float2(o[j][1], o[j][3]);
             }
@@ -684,15 +723,15 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         L[i] += __shfl_xor_sync(0xffffffff, L[i], 4);
         L[i] += __shfl_xor_sync(0xffffffff, L[i], 8);
         L[i] += __shfl_xor_sync(0xffffffff, L[i], 16);
-        if (g == 0) {
-            Ms[warp*NR + 2*t + i] = M[i];
-            Ls[warp*NR + 2*t + i] = L[i];
+        if (g == 0 && bw == 0) {   // (v21: both warps of a pair hold the same maxima and sums)
+            Ms[pair*NR + 2*t + i] = M[i];
+            Ls[pair*NR + 2*t + i] = L[i];
         }
     }
 #pragma unroll
-    for (int j = 0; j < NB*8; ++j) {
-        const int d = (j >> 3)*QK_TURBO + 16*g + 2*(j & 7);
-        float * ob = Os + (warp*NR + 2*t)*D;
+    for (int j = 0; j < NBL*8; ++j) {
+        const int d = (PAIR ? bw : j >> 3)*QK_TURBO + 16*g + 2*(j & 7);
+        float * ob = Os + (pair*NR + 2*t)*D;
         ob[d]         = o[j][0];   // dim d,   row 2t
         ob[D + d]     = o[j][1];   // dim d,   row 2t+1
         ob[d + 1]     = o[j][2];   // dim d+1, row 2t
@@ -706,13 +745,13 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         const int r = it / D, d = it % D;
         float mx = -INFINITY;
 #pragma unroll
-        for (int w = 0; w < NW; ++w) {
+        for (int w = 0; w < NL; ++w) {
             mx = fmaxf(mx, Ms[w*NR + r]);
         }
         float acc = 0.0f, sum = 0.0f;
         if (mx != -INFINITY) {
 #pragma unroll
-            for (int w = 0; w < NW; ++w) {
+            for (int w = 0; w < NL; ++w) {
                 const float f = exp2f(Ms[w*NR + r] - mx);
                 acc += Os[(w*NR + r)*D + d]*f;
                 sum += Ls[w*NR + r]*f;
@@ -742,7 +781,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     X(128, GGML_TYPE_TURBO3, 8) X(128, GGML_TYPE_TURBO2, 8) X(256, GGML_TYPE_TURBO3, 8) X(256, GGML_TYPE_TURBO2, 8) \
     X(128, GGML_TYPE_TURBO3, 9) X(128, GGML_TYPE_TURBO2, 9) X(256, GGML_TYPE_TURBO3, 9) X(256, GGML_TYPE_TURBO2, 9) \
     X(128, GGML_TYPE_TURBO3, 12) X(128, GGML_TYPE_TURBO2, 12) X(256, GGML_TYPE_TURBO3, 12) X(256, GGML_TYPE_TURBO2, 12) \
-    X(128, GGML_TYPE_TURBO3, 13) X(128, GGML_TYPE_TURBO2, 13) X(128, GGML_TYPE_TURBO3, 11) X(128, GGML_TYPE_TURBO2, 11)
+    X(128, GGML_TYPE_TURBO3, 13) X(128, GGML_TYPE_TURBO2, 13) X(128, GGML_TYPE_TURBO3, 11) X(128, GGML_TYPE_TURBO2, 11) \
+    X(256, GGML_TYPE_TURBO3, 24) X(256, GGML_TYPE_TURBO2, 24)
 
 // a plain launch, or (p.cluster) one cluster of p.n_split blocks per row group (grid.x = n_split)
 static void turbo_mma_launch_one(void (*kernel)(const turbo_fa_params), cudaStream_t stream, const turbo_fa_params & p,
@@ -781,7 +821,7 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at whole waves)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const int var) {
-    static int cache[2][2][6] = {};   // var 8 .. 13
+    static int cache[2][2][17] = {};   // var 8 .. 24
     int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var - 8];
     if (n == 0) {
         const void * fn = nullptr;

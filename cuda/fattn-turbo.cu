@@ -104,13 +104,15 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     // turbo3 9 -> 13: 36.7-37.0 -> 34.7-34.9 us @32K, 93.4-93.8 -> 91.9-92.2 @128K (turbo2 lost at 128K, 80.7 ->
     // 82.9-83.6); run 15: 11 against 9, turbo2 33.0 / 33.0 @32K, 78.4 / 81.0-81.1 @128K (turbo3: 37.4 / 36.5 @32K, 11
     // lost). Below 16K not measured. TURBO_FA_MMA=8|9|11|13 forces one (11 and 13 exist for D = 128 only, other head
-    // sizes get 9)
+    // sizes get 9); 24 (v21, D = 256 only: a warp pair per tile, one 128-block each; prepared after run 20)
     static const int mma_env = ggml_cuda_turbo_env_int("TURBO_FA_MMA", 0);
     int var = 9;
     if (mma_env == 8 || mma_env == 9) {
         var = mma_env;
     } else if (mma_env == 11 || mma_env == 13) {
         var = D == 128 ? mma_env : 9;
+    } else if (mma_env == 24) {
+        var = D == 256 ? 24 : 9;
     } else if (mma_env == 0 && D == 128 && n_kv >= 16384) {
         if (V->type == GGML_TYPE_TURBO3) {
             var = 13;
@@ -144,13 +146,14 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     // tg128: +7.6% at 8K, +7.3% at 24K).
     // TURBO_FA_MIN_STEPS=N: N at every length.
     static const int min_steps_env = ggml_cuda_turbo_env_int("TURBO_FA_MIN_STEPS", 0);
+    const int walkers = var == 24 ? TURBO_MMA_WARPS/2 : TURBO_MMA_WARPS;   // warps (v21: warp pairs) that walk tiles
     int min_steps = min_steps_env > 0 ? min_steps_env : (n_tiles >= 512 ? 4 : 1);
     if (use_mma && min_steps_env <= 0) {
-        while (min_steps > 1 && (n_tiles/(TURBO_MMA_WARPS*min_steps))*blocks_base < nsm) {
+        while (min_steps > 1 && (n_tiles/(walkers*min_steps))*blocks_base < nsm) {
             min_steps /= 2;
         }
     }
-    const int min_tiles = use_mma ? TURBO_MMA_WARPS*min_steps : 1;
+    const int min_tiles = use_mma ? walkers*min_steps : 1;
     // v4/v5: at most one wave (floor), v3: at least its target (ceil)
     const int want = use_mma ? std::max(1, target / blocks_base) : (target + blocks_base - 1) / blocks_base;
     int n_split = std::max(1, std::min(std::max(n_tiles / min_tiles, 1), want));
@@ -171,7 +174,7 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     // source (ggml_cuda_turbo_rope_fa_fusable)
     const bool cluster = use_mma && cluster_env && !heads_first_on && n_split <= 8 && !rope &&
         ggml_cuda_info().devices[id].cc >= GGML_CUDA_CC_HOPPER;
-    const bool warp_partials = use_mma && warp_partials_env && !cluster;
+    const bool warp_partials = use_mma && warp_partials_env && !cluster && var != 24;
     const int  n_part = warp_partials ? n_split*TURBO_MMA_WARPS : n_split;   // partials per row group
     const size_t n_slots = (size_t) ne3*n_head_kv*nrg*n_part*ncols;
     ggml_cuda_pool_alloc<float>  part_acc(pool, n_slots*D);
