@@ -235,7 +235,7 @@ static __device__ __forceinline__ void turbo_mma_cluster_merge(const turbo_fa_pa
 // tiles' scores as independent chains, one softmax update for their 32 keys, then both P.V) and registers for 3
 // blocks per SM, D = 128 only (the default for turbo3 V from 16K keys up, fattn-turbo.cu); 11 = v18, v14 at 4 blocks
 // per SM with q's fragments in shared memory (the default for turbo2 from 16K keys); 24 = v21, D = 256 only: the two
-// 128-blocks of a row split over a warp pair (see PAIR below; prepared after run 20, not yet run on a GPU). Earlier variants (v4-v7, v12, v14 at 4 blocks
+// 128-blocks of a row split over a warp pair (see PAIR below; the default for D = 256 since run 20). Earlier variants (v4-v7, v12, v14 at 4 blocks
 // per SM with q in registers, v15, v16, v17) and their measurements are in results/cuda-fa-notes.md.
 template <int D, ggml_type type_K, ggml_type type_V, int VAR>
 __launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 13 ? 3 : TURBO_MMA_MIN_BLOCKS) : VAR == 24 ? 3 : 1)

@@ -103,10 +103,11 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     // turbo3 V, 11 (v18: v14 at 4 blocks per SM, q from shared memory) for turbo2 K and V; else 9. Run 14, decode op
     // turbo3 9 -> 13: 36.7-37.0 -> 34.7-34.9 us @32K, 93.4-93.8 -> 91.9-92.2 @128K (turbo2 lost at 128K, 80.7 ->
     // 82.9-83.6); run 15: 11 against 9, turbo2 33.0 / 33.0 @32K, 78.4 / 81.0-81.1 @128K (turbo3: 37.4 / 36.5 @32K, 11
-    // lost). Below 16K not measured. TURBO_FA_MMA=8|9|11|13 forces one (11 and 13 exist for D = 128 only, other head
-    // sizes get 9); 24 (v21, D = 256 only: a warp pair per tile, one 128-block each; prepared after run 20)
+    // lost). Below 16K not measured. At D = 256 (Gemma 3): 24 (v21, a warp pair per tile, one 128-block each; run 20,
+    // Gemma 3 270M tg128 against 9 in three calls: turbo3 +3-10% at depth 0, +1-5% at 8K, turbo2 +7-12%).
+    // TURBO_FA_MMA=8|9|11|13|24 forces one (11 and 13 exist for D = 128 only, 24 for D = 256 only; else 9)
     static const int mma_env = ggml_cuda_turbo_env_int("TURBO_FA_MMA", 0);
-    int var = 9;
+    int var = D == 256 ? 24 : 9;
     if (mma_env == 8 || mma_env == 9) {
         var = mma_env;
     } else if (mma_env == 11 || mma_env == 13) {
