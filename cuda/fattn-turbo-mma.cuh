@@ -235,8 +235,9 @@ static __device__ __forceinline__ void turbo_mma_cluster_merge(const turbo_fa_pa
 // tiles' scores as independent chains, one softmax update for their 32 keys, then both P.V) and registers for 3
 // blocks per SM, D = 128 only (the default for turbo3 V from 16K keys up, fattn-turbo.cu); 11 = v18, v14 at 4 blocks
 // per SM with q's fragments in shared memory (the default for turbo2 from 16K keys); 24 = v21, D = 256 only: the two
-// 128-blocks of a row split over a warp pair (see PAIR below; the default for D = 256 since run 20). Earlier variants (v4-v7, v12, v14 at 4 blocks
-// per SM with q in registers, v15, v16, v17) and their measurements are in results/cuda-fa-notes.md.
+// 128-blocks of a row split over a warp pair (see PAIR below; the default for D = 256 since run 20). Earlier
+// variants (v4-v7, v12, v14 at 4 blocks per SM with q in registers, v15-v17, v19, v20) and their measurements are in
+// results/cuda-fa-notes.md.
 template <int D, ggml_type type_K, ggml_type type_V, int VAR>
 __launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 13 ? 3 : TURBO_MMA_MIN_BLOCKS) : VAR == 24 ? 3 : 1)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
@@ -387,7 +388,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             if (NB == 1 && p.rope_once) {
                 turbo_rope_apply(p.rope, qv[i], 0, rc, rs, lane);
             } else if (p.rope.pos) {
-                turbo_rope_block(p.rope, qv[i], blk*QK_TURBO, p.rope.pos[rho / p.gqa], lane, neox_wide ? qn[i] : nullptr);
+                turbo_rope_block(p.rope, qv[i], blk*QK_TURBO, p.rope.pos[rho / p.gqa], lane,
+                                 neox_wide ? qn[i] : nullptr);
             }
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
@@ -686,8 +688,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     }
     turbo_cp_async_wait<0>();
     if (!CLUSTER && !PAIR && p.warp_partials) {
-        // TURBO_FA_WARP_PARTIALS=1 (prepared after run 15, not yet run on a GPU): no block barrier and no merge of
-        // the warps through shared memory on the way out (at depth 0 the epilogue is part of every decode step's
+        // TURBO_FA_WARP_PARTIALS=1 (prepared after run 15; run 16: no gain at depth 0): no block barrier and no merge
+        // of the warps through shared memory on the way out (at depth 0 the epilogue is part of every decode step's
         // chain); each warp stores its rows as a split of its own, the combine kernel merges 4x as many splits
 #pragma unroll
         for (int i = 0; i < 2; ++i) {
