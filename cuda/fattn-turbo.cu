@@ -104,7 +104,7 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     // turbo3 9 -> 13: 36.7-37.0 -> 34.7-34.9 us @32K, 93.4-93.8 -> 91.9-92.2 @128K (turbo2 lost at 128K, 80.7 ->
     // 82.9-83.6); run 15: 11 against 9, turbo2 33.0 / 33.0 @32K, 78.4 / 81.0-81.1 @128K (turbo3: 37.4 / 36.5 @32K, 11
     // lost). Below 16K not measured. At D = 256 (Gemma 3): 24 (v21, a warp pair per tile, one 128-block each; run 20,
-    // Gemma 3 270M tg128 against 9 in three calls: turbo3 +3-11% at depth 0, +1-5% at 8K, turbo2 +7-14%).
+    // Gemma 3 270M tg128 against 9 in three calls: turbo3 +3-11% at depth 0, +1-5% at 8K, turbo2 +5-14% at 0-24K).
     // TURBO_FA_MMA=8|9|11|13|24 forces one (11 and 13 exist for D = 128 only, 24 for D = 256 only; else 9)
     static const int mma_env = ggml_cuda_turbo_env_int("TURBO_FA_MMA", 0);
     int var = D == 256 ? 24 : 9;
