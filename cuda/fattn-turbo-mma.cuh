@@ -496,7 +496,6 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // (v21: xslot is the exchange slot of the step, see below)
     auto tile_scores = [&](const uint32_t * kst, const int k0, const float (&mv)[4], float (&s)[4], const int xslot) {
         s[0] = s[1] = s[2] = s[3] = 0.0f;
-        float sb_own[4], n_own[2];
 #pragma unroll
         for (int b = 0; b < NBL; ++b) {
             uint32_t lo0[2], lo1[2], hi[2];
@@ -531,22 +530,22 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             }
             const float n0 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + g*cfg::KW, ksh[0] + b*KBS)));
             const float n1 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + (g + 8)*cfg::KW, ksh[1] + b*KBS)));
-            s[0] += sb[0]*n0; s[1] += sb[1]*n0;
-            s[2] += sb[2]*n1; s[3] += sb[3]*n1;
-            sb_own[0] = sb[0]; sb_own[1] = sb[1]; sb_own[2] = sb[2]; sb_own[3] = sb[3];
-            n_own[0] = n0; n_own[1] = n1;
-        }
-        if (PAIR) {
-            // v21: the pair's two halves of the scores, added in the order of the other variants' loop over the
-            // blocks (block 0's product, then block 1's by one fma), so that both warps hold the same bits
-            const int x0 = ((pair*2 + xslot)*2)*WARP_SIZE + lane;
-            xs_s[x0 + bw*WARP_SIZE] = make_float4(sb_own[0], sb_own[1], sb_own[2], sb_own[3]);
-            xs_n[x0 + bw*WARP_SIZE] = make_float2(n_own[0], n_own[1]);
-            turbo_bar_sync(1 + pair, 2*WARP_SIZE);
-            const float4 a = xs_s[x0], c = xs_s[x0 + WARP_SIZE];
-            const float2 na = xs_n[x0], nc = xs_n[x0 + WARP_SIZE];
-            s[0] = fmaf(c.x, nc.x, a.x*na.x); s[1] = fmaf(c.y, nc.x, a.y*na.x);
-            s[2] = fmaf(c.z, nc.y, a.z*na.y); s[3] = fmaf(c.w, nc.y, a.w*na.y);
+            if (PAIR) {
+                // v21 (one block per warp): the pair's two halves of the scores, added in the order of the other
+                // variants' loop over the blocks (block 0's product, then block 1's by one fma), so that both warps
+                // hold the same bits
+                const int x0 = ((pair*2 + xslot)*2)*WARP_SIZE + lane;
+                xs_s[x0 + bw*WARP_SIZE] = make_float4(sb[0], sb[1], sb[2], sb[3]);
+                xs_n[x0 + bw*WARP_SIZE] = make_float2(n0, n1);
+                turbo_bar_sync(1 + pair, 2*WARP_SIZE);
+                const float4 a = xs_s[x0], c = xs_s[x0 + WARP_SIZE];
+                const float2 na = xs_n[x0], nc = xs_n[x0 + WARP_SIZE];
+                s[0] = fmaf(c.x, nc.x, a.x*na.x); s[1] = fmaf(c.y, nc.x, a.y*na.x);
+                s[2] = fmaf(c.z, nc.y, a.z*na.y); s[3] = fmaf(c.w, nc.y, a.w*na.y);
+            } else {
+                s[0] += sb[0]*n0; s[1] += sb[1]*n0;
+                s[2] += sb[2]*n1; s[3] += sb[3]*n1;
+            }
         }
 #pragma unroll
         for (int e = 0; e < 4; ++e) {
