@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # turbo-llama: the whole GPU run in one go (H200 via the device tool, or any CUDA machine).
-#   ci/gpu-run.sh [bg] [tlfull] [prebuilt] [build] [wait] [model] [test] [vquick] [ncu] [ktime] [d0graph] [combine] [pdl] [ropeq] [nwide] [fatime] [mixed] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
+#   ci/gpu-run.sh [bg] [tlfull] [prebuilt] [build] [wait] [model] [test] [vquick] [ncu] [ktime] [d0graph] [combine] [pdl] [ropeq] [nwide] [fatime] [mixed] [ablate] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
 #   default: build test bench. The device tool keeps a machine (and /tmp) 30 s after a call, so a session:
 #     call 1: `bg` (starts the build in the background from a copy of the repo)
 #     calls 2..6: `model` (one part of the Gemma GGUF each: .devcarry/m1/p1 .. m6/p6, split so that a part plus
@@ -14,6 +14,7 @@
 #   (TL_FA_PERF: the perf cases' filter, e.g. with nb=(1|512) for patch 0014's prefill case too, run 15)
 #   d0graph: depth-0 decode with and without CUDA graphs, f16 against turbo3 and q8_0 (run 15)
 #   combine: the split merges alone, correctness and us per launch (cuda/host-check/combine_bench.cu; no build)
+#   ablate: ncu times of the decode op's kernels for the timing variants TURBO_FA_MMA=30..35 (TL_ABLATE, run 21)
 #   pdl: TURBO_PDL=1's race check (perplexity logits, KLD 0) and decode speed (run 16)
 #   ropeq: the same check for TURBO_FUSE_ROPE_Q (Q's RoPE in the attention kernel; run 17)
 # .devcarry is not in git: on a fresh checkout make it first (a few minutes, on this CPU machine):
@@ -204,8 +205,12 @@ fi
 
 if [[ " $PHASES " == *" vquick "* ]]; then
     for pv in TL_DEFAULT=1 ${TL_PERF_VARIANT:-}; do   # TL_DEFAULT=1: the default kernels; A=1,B=2: two switches
-        env $(echo "$pv" | tr , ' ') "$B/test-backend-ops" -b CUDA0 -o FLASH_ATTN_EXT -p "type_K=turbo[23],type_V=turbo[23]" > "$WORK/tbo_one.log" 2>&1
-        log "$pv FLASH_ATTN_EXT turbo/turbo: rc=$? | $(grep -E 'tests passed' "$WORK/tbo_one.log" | tail -1)"
+        case "$pv" in
+        *TURBO_FA_MMA=3[0-5]*) log "$pv: a timing variant (wrong results by design), no correctness check" ;;
+        *)
+            env $(echo "$pv" | tr , ' ') "$B/test-backend-ops" -b CUDA0 -o FLASH_ATTN_EXT -p "type_K=turbo[23],type_V=turbo[23]" > "$WORK/tbo_one.log" 2>&1
+            log "$pv FLASH_ATTN_EXT turbo/turbo: rc=$? | $(grep -E 'tests passed' "$WORK/tbo_one.log" | tail -1)" ;;
+        esac
         env $(echo "$pv" | tr , ' ') "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "$FA_PERF.*type_K=turbo" 2>&1 \
             | sed 's/\x1b\[[0-9;]*m//g' | grep -oE "kv=[0-9]+.*type_V=turbo[23].*us/run" \
             | sed -E 's/,nb=1,mask=1,sinks=0//; s/\): +[0-9]+ runs - +/ /' | sed "s/^/  $pv /" | tee -a "$OUT/summary.txt"
@@ -345,6 +350,24 @@ if [[ " $PHASES " == *" mixed "* ]]; then
     log "mixed pairs: rc=$? ($cmd)"; grep -E "^\|" "$OUT/mixed.md" >> "$OUT/summary.txt"
 fi
 
+if [[ " $PHASES " == *" ablate "* ]]; then
+    # the timing variants (TURBO_FA_MMA=30..35: v14 with a stage of the loop left out, run 21): each kernel of the
+    # decode op (patch 0010's perf case, turbo3) timed by ncu, with its executed instructions and issue use
+    if command -v ncu > /dev/null; then
+        for v in ${TL_ABLATE:-30 31 32 33 34 35}; do
+            for kv in ${TL_ABLATE_KV:-32768 131072}; do
+                f="$OUT/ablate-$v-$kv.txt"
+                TURBO_FA_MMA=$v timeout ${TL_NCU_TIMEOUT:-150} ncu --clock-control none -k "regex:k_turbo_fattn" -c 2 \
+                    --metrics gpu__time_duration.sum,smsp__inst_executed.sum,smsp__issue_active.avg.pct_of_peak_sustained_active,dram__throughput.avg.pct_of_peak_sustained_elapsed,smsp__warps_active.avg.per_cycle_active \
+                    "$B/test-backend-ops" perf -b CUDA0 -o FLASH_ATTN_EXT -p "nh=8,nr23=\[4,1\],kv=$kv,nb=1,.*type_K=turbo3,type_V=turbo3" > "$f" 2>&1
+                log "ablate TURBO_FA_MMA=$v kv=$kv: rc=$? | $(grep -E '^ +k_turbo|^  k_turbo|gpu__time_duration|smsp__inst_executed.sum|issue_active|dram__throughput|warps_active' "$f" | sed -E 's/\(.*//' | tr -s ' ' | tr '\n' ';' | head -c 600)"
+            done
+        done
+    else
+        log "no ncu here"
+    fi
+fi
+
 if [[ " $PHASES " == *" ncu0 "* ]]; then
     # hardware counters of the turbo attention kernel at short context: one launch of a llama-bench decode on the
     # random llama8b-shaped GGUF, after TL_NCU0_SKIP launches of it (the probe and the first tokens)
@@ -374,9 +397,10 @@ if [[ " $PHASES " == *" ppl "* ]]; then
     for spec in ${TL_PPL_TYPES:-f16 q8_0 q4_0 turbo3 turbo2}; do
         split_env_spec "$spec"; t=$rest; f="$OUT/ppl-${envset:+${envset//[=:,]/-}-}$t.log"
         kl="--kl-divergence-base $WORK/f16-logits-$TXTN-$NCH.bin"; [ "$t" != f16 ] && kl="$kl --kl-divergence"
-        cmd="${envset:+$envset }llama-perplexity -m gemma-3-270m-q4_k_m.gguf -f $TXTN.txt -c 2048 --chunks $NCH -fa on -ctk $t -ctv $t -lv 4 -ngl 99 $kl"
+        # TL_PPL_ARGS: more options for every type, e.g. `-ub 1` (every token a decode step: the decode kernels)
+        cmd="${envset:+$envset }llama-perplexity -m gemma-3-270m-q4_k_m.gguf -f $TXTN.txt -c 2048 --chunks $NCH -fa on -ctk $t -ctv $t -lv 4 -ngl 99 ${TL_PPL_ARGS:-} $kl"
         echo "=== $cmd" > "$f"
-        with_spec_env "$B/llama-perplexity" -m "$GEMMA" -f "$TXT" -c 2048 --chunks $NCH -fa on -ctk $t -ctv $t -lv 4 -ngl 99 $kl >> "$f" 2>&1
+        with_spec_env "$B/llama-perplexity" -m "$GEMMA" -f "$TXT" -c 2048 --chunks $NCH -fa on -ctk $t -ctv $t -lv 4 -ngl 99 ${TL_PPL_ARGS:-} $kl >> "$f" 2>&1
         rc=$?
         log "ppl ${envset:+$envset }$t rc=$rc | $(grep -E 'Final estimate' "$f" | tail -1) | $(grep -E '^Mean +KLD' "$f" | tail -1) | $(grep -E '^Mean PPL\(Q\)' "$f" | tail -1) | $(grep -cE 'turbo K:' "$f") turbo-K lines | $(grep -E 'CUDA0 KV buffer size' "$f" | head -1)${TL_PPL_GREP:+ | $TL_PPL_GREP: $(grep -c "$TL_PPL_GREP" "$f") lines}"
     done

@@ -238,8 +238,20 @@ static __device__ __forceinline__ void turbo_mma_cluster_merge(const turbo_fa_pa
 // 128-blocks of a row split over a warp pair (see PAIR below; the default for D = 256 since run 20). Earlier
 // variants (v4-v7, v12, v14 at 4 blocks per SM with q in registers, v15-v17, v19, v20) and their measurements are in
 // results/cuda-fa-notes.md.
+// VAR 30..35 (TURBO_FA_MMA=30..35; D = 128, turbo3 K and V): v14 (13) with one stage of the loop left out, to time
+// what each stage costs (run 21). Their results are wrong by design; the control flow, the staging and the loads of
+// the codes are v14's. ABL = VAR - 30: 0 nothing left out (v14 itself, the control); 1 no K decode (each tile's
+// staged code words, masked to small finite f16, are the A fragments of all 8 S products: no index bytes, no table
+// loads); 2 no V decode (the same for V); 3 neither decode; 4 no tensor-core products (the decoded fragments are
+// folded into one word by XOR instead); 5 neither decodes nor products (the scores come from the folded words; the
+// staging, the code and mask loads, the online softmax and the epilogue stay)
+template <int VAR> struct turbo_mma_ablate {
+    static constexpr int ABL  = VAR >= 30 ? VAR - 30 : 0;
+    static constexpr int BASE = VAR >= 30 ? 13 : VAR;   // the variant whose loop is timed
+};
+
 template <int D, ggml_type type_K, ggml_type type_V, int VAR>
-__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (VAR == 13 ? 3 : TURBO_MMA_MIN_BLOCKS) : VAR == 24 ? 3 : 1)
+__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (turbo_mma_ablate<VAR>::BASE == 13 ? 3 : TURBO_MMA_MIN_BLOCKS) : VAR == 24 ? 3 : 1)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #ifndef AMPERE_MMA_AVAILABLE
     GGML_UNUSED(p);
@@ -262,8 +274,14 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     static_assert(!PAIR || NB == 2, "v21 is compiled for D = 256 only");
     constexpr int NBL = PAIR ? 1 : NB;                                // 128-blocks of a row in each warp's loop
     constexpr int NL  = PAIR ? NW/2 : NW;                             // warps (pairs) that walk tiles
-    typedef turbo_mma_stage_cfg<NBL, KBITS, VBITS, VAR> cfg;
+    typedef turbo_mma_stage_cfg<NBL, KBITS, VBITS, turbo_mma_ablate<VAR>::BASE> cfg;
     constexpr int TPS = cfg::TPS;
+    constexpr int ABL = turbo_mma_ablate<VAR>::ABL;
+    static_assert(ABL == 0 || (D == 128 && KBITS == 3 && VBITS == 3), "the timing variants are compiled for turbo3/turbo3, D = 128");
+    constexpr bool DEC_K = ABL != 1 && ABL != 3 && ABL != 5, DEC_V = ABL != 2 && ABL != 3 && ABL != 5;
+    constexpr bool MMA = ABL != 4 && ABL != 5;
+    constexpr uint32_t SMALL = 0x3bff3bffu;   // clears the top exponent bit of both halves: finite, below 1
+    uint32_t sink = 0;                         // what the timing variants fold their left-out stage's inputs into
     // v18 (11): v14 at 4 blocks per SM without spills: q's B fragments are read from shared memory at each use
     // instead of held in 16 registers (v14 with them in registers spilled 36-40 bytes at 4 blocks, run 14)
     constexpr bool QSH = VAR == 11;
@@ -507,26 +525,48 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 hi[i]  = KBITS == 3 ? turbo_sh_u32(kr, ksh[i] + b*KBS + 34 + 4*t) : 0u;
             }
             float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            // per key: index words of pairs 0,2,4,6 | 1,3,5,7 (lo0) and 8,10,12,14 | 9,11,13,15 (lo1)
-            uint32_t ix[2][4];
+            if (!DEC_K) {
+                // timing variants: the staged words as the A fragments, no index bytes and no table loads
+                uint32_t a[4] = {(lo0[0] ^ hi[0]) & SMALL, (lo0[1] ^ hi[1]) & SMALL, lo1[0] & SMALL, lo1[1] & SMALL};
+                if (ABL == 5) {
+                    sink ^= a[0] ^ a[1] ^ a[2] ^ a[3];
+                } else {
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                ix[i][0] = turbo_mma_idx4<KBITS, 0>(lo0[i], hi[i], 0x1100);
-                ix[i][1] = turbo_mma_idx4<KBITS, 1>(lo0[i], hi[i], 0x1100);
-                ix[i][2] = turbo_mma_idx4<KBITS, 0>(lo1[i], hi[i], 0x3322);
-                ix[i][3] = turbo_mma_idx4<KBITS, 1>(lo1[i], hi[i], 0x3322);
+                    for (int cc = 0; cc < 8; ++cc) {
+                        uint32_t b0, b1;
+                        qfrag(8*b + cc, b0, b1);
+                        turbo_mma_16816<TPS == 1>(sb, a, b0, b1);
+                    }
+                }
+            } else {
+                // per key: index words of pairs 0,2,4,6 | 1,3,5,7 (lo0) and 8,10,12,14 | 9,11,13,15 (lo1)
+                uint32_t ix[2][4];
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    ix[i][0] = turbo_mma_idx4<KBITS, 0>(lo0[i], hi[i], 0x1100);
+                    ix[i][1] = turbo_mma_idx4<KBITS, 1>(lo0[i], hi[i], 0x1100);
+                    ix[i][2] = turbo_mma_idx4<KBITS, 0>(lo1[i], hi[i], 0x3322);
+                    ix[i][3] = turbo_mma_idx4<KBITS, 1>(lo1[i], hi[i], 0x3322);
+                }
+#pragma unroll
+                for (int cc = 0; cc < 8; ++cc) {
+                    const int w = (cc >> 2)*2, n = 2*(cc & 3);   // pair 2cc is nibble n of lo0/lo1
+                    uint32_t a[4];
+                    a[0] = turbo_mma_pick(pairK_sh, ix[0][w],     n);
+                    a[1] = turbo_mma_pick(pairK_sh, ix[1][w],     n);
+                    a[2] = turbo_mma_pick(pairK_sh, ix[0][w + 1], n + 1);
+                    a[3] = turbo_mma_pick(pairK_sh, ix[1][w + 1], n + 1);
+                    uint32_t b0, b1;
+                    qfrag(8*b + cc, b0, b1);
+                    if (MMA) {
+                        turbo_mma_16816<TPS == 1>(sb, a, b0, b1);
+                    } else {
+                        sink ^= a[0] ^ a[1] ^ a[2] ^ a[3];
+                    }
+                }
             }
-#pragma unroll
-            for (int cc = 0; cc < 8; ++cc) {
-                const int w = (cc >> 2)*2, n = 2*(cc & 3);   // pair 2cc is nibble n of lo0/lo1
-                uint32_t a[4];
-                a[0] = turbo_mma_pick(pairK_sh, ix[0][w],     n);
-                a[1] = turbo_mma_pick(pairK_sh, ix[1][w],     n);
-                a[2] = turbo_mma_pick(pairK_sh, ix[0][w + 1], n + 1);
-                a[3] = turbo_mma_pick(pairK_sh, ix[1][w + 1], n + 1);
-                uint32_t b0, b1;
-                qfrag(8*b + cc, b0, b1);
-                turbo_mma_16816<TPS == 1>(sb, a, b0, b1);
+            if (!MMA) {
+                sb[0] = sb[1] = sb[2] = sb[3] = __uint_as_float(sink & SMALL);
             }
             const float n0 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + g*cfg::KW, ksh[0] + b*KBS)));
             const float n1 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + (g + 8)*cfg::KW, ksh[1] + b*KBS)));
@@ -580,6 +620,23 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                     w[i] = turbo_sh_u32(vr, vsh4[i] + b*VBS + 2 + 4*g);
                     h[i] = VBITS == 3 ? turbo_sh_u16(vr, vsh4[i] + b*VBS + 34 + 2*g) : 0u;
                 }
+                if (!DEC_V) {
+                    // timing variants: the staged words as the A fragments of all 8 O products
+                    uint32_t a[4];
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) {
+                        a[r] = (w[r] ^ h[r]) & SMALL;
+                    }
+                    if (ABL == 5) {
+                        sink ^= a[0] ^ a[1] ^ a[2] ^ a[3] ^ pb0 ^ pb1;
+                    } else {
+#pragma unroll
+                        for (int jj = 0; jj < 8; ++jj) {
+                            turbo_mma_16816<TPS == 1>(o[8*b + jj], a, pb0, pb1);
+                        }
+                    }
+                    continue;
+                }
                 v01.make(w[0], w[1], h[0], h[1]);
                 v89.make(w[2], w[3], h[2], h[3]);
             }
@@ -598,7 +655,11 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 for (int r = 0; r < 4; ++r) {
                     a[r] = turbo_mma_pick(pairV_sh, vx[r][jj & 1], jj);
                 }
-                turbo_mma_16816<TPS == 1>(o[8*b + jj], a, pb0, pb1);
+                if (MMA) {
+                    turbo_mma_16816<TPS == 1>(o[8*b + jj], a, pb0, pb1);
+                } else {
+                    sink ^= a[0] ^ a[1] ^ a[2] ^ a[3];
+                }
             }
         }
     };
@@ -686,6 +747,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
     }
     turbo_cp_async_wait<0>();
+    if (ABL != 0) {
+        o[0][0] += __uint_as_float(sink & SMALL);   // keeps the timing variants' folded stages alive
+    }
     if (!CLUSTER && !PAIR && p.warp_partials) {
         // TURBO_FA_WARP_PARTIALS=1 (prepared after run 15; run 16: no gain at depth 0): no block barrier and no merge
         // of the warps through shared memory on the way out (at depth 0 the epilogue is part of every decode step's
@@ -784,6 +848,10 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     X(128, GGML_TYPE_TURBO3, 12) X(128, GGML_TYPE_TURBO2, 12) X(256, GGML_TYPE_TURBO3, 12) X(256, GGML_TYPE_TURBO2, 12) \
     X(128, GGML_TYPE_TURBO3, 13) X(128, GGML_TYPE_TURBO2, 13) X(128, GGML_TYPE_TURBO3, 11) X(128, GGML_TYPE_TURBO2, 11) \
     X(256, GGML_TYPE_TURBO3, 24) X(256, GGML_TYPE_TURBO2, 24)
+// the timing variants (turbo3 K and V only; the callers' `if constexpr` drops them for turbo2 K)
+#define TURBO_MMA_FOR_EACH_ABLATE(X) \
+    X(128, GGML_TYPE_TURBO3, 30) X(128, GGML_TYPE_TURBO3, 31) X(128, GGML_TYPE_TURBO3, 32) \
+    X(128, GGML_TYPE_TURBO3, 33) X(128, GGML_TYPE_TURBO3, 34) X(128, GGML_TYPE_TURBO3, 35)
 
 // a plain launch, or (p.cluster) one cluster of p.n_split blocks per row group (grid.x = n_split)
 static void turbo_mma_launch_one(void (*kernel)(const turbo_fa_params), cudaStream_t stream, const turbo_fa_params & p,
@@ -815,6 +883,9 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
         return;                                                                                            \
     }
     TURBO_MMA_FOR_EACH(TURBO_MMA_CASE)
+    if constexpr (type_K == GGML_TYPE_TURBO3) {
+        TURBO_MMA_FOR_EACH_ABLATE(TURBO_MMA_CASE)
+    }
 #undef TURBO_MMA_CASE
     GGML_ABORT("turbo flash attention (mma): K/V pair, head size or variant not compiled");
 }
@@ -822,12 +893,15 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at whole waves)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const int var) {
-    static int cache[2][2][17] = {};   // var 8 .. 24
+    static int cache[2][2][28] = {};   // var 8 .. 35
     int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var - 8];
     if (n == 0) {
         const void * fn = nullptr;
 #define TURBO_MMA_FN(DD, TYPE_V, VV) if (D == DD && type_V == TYPE_V && var == VV) fn = (const void *) k_turbo_fattn_mma<DD, type_K, TYPE_V, VV>;
         TURBO_MMA_FOR_EACH(TURBO_MMA_FN)
+        if constexpr (type_K == GGML_TYPE_TURBO3) {
+            TURBO_MMA_FOR_EACH_ABLATE(TURBO_MMA_FN)
+        }
 #undef TURBO_MMA_FN
         GGML_ASSERT(fn);
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, TURBO_MMA_WARPS*WARP_SIZE, 0));
