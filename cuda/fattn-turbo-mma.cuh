@@ -238,15 +238,20 @@ static __device__ __forceinline__ void turbo_mma_cluster_merge(const turbo_fa_pa
 // 128-blocks of a row split over a warp pair (see PAIR below; the default for D = 256 since run 20). Earlier
 // variants (v4-v7, v12, v14 at 4 blocks per SM with q in registers, v15-v17, v19, v20) and their measurements are in
 // results/cuda-fa-notes.md.
-// VAR 30..35 (TURBO_FA_MMA=30..35; D = 128, turbo3 K and V): v14 (13) with one stage of the loop left out, to time
+// VAR 30..41 (TURBO_FA_MMA=30..41; D = 128, turbo3 K and V): v14 (13) with one stage of the loop left out, to time
 // what each stage costs (run 21). Their results are wrong by design; the control flow, the staging and the loads of
 // the codes are v14's. ABL = VAR - 30: 0 nothing left out (v14 itself, the control); 1 no K decode (each tile's
 // staged code words, masked to small finite f16, are the A fragments of all 8 S products: no index bytes, no table
 // loads); 2 no V decode (the same for V); 3 neither decode; 4 no tensor-core products (the decoded fragments are
 // folded into one word by XOR instead); 5 neither decodes nor products (the scores come from the folded words; the
-// staging, the code and mask loads, the online softmax and the epilogue stay)
+// staging, the code and mask loads, the online softmax and the epilogue stay). 36..41: the stages of the rest, left
+// out of 30 (36 the mask loads, 37 the waits for the copies, 38 the online softmax: P = S) and of 35 (39, 40, 41)
 template <int VAR> struct turbo_mma_ablate {
     static constexpr int ABL  = VAR >= 30 ? VAR - 30 : 0;
+    static constexpr bool SKEL = ABL == 5 || ABL >= 9;                 // decodes and products left out
+    static constexpr bool NO_MASK = ABL == 6 || ABL == 9;              // no mask loads
+    static constexpr bool NO_WAIT = ABL == 7 || ABL == 10;             // no waits for the copies (reads race them)
+    static constexpr bool NO_SOFTMAX = ABL == 8 || ABL == 11;          // P = S, no maxima, exponentials or rescale
     static constexpr int BASE = VAR >= 30 ? 13 : VAR;   // the variant whose loop is timed
 };
 
@@ -278,8 +283,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     constexpr int TPS = cfg::TPS;
     constexpr int ABL = turbo_mma_ablate<VAR>::ABL;
     static_assert(ABL == 0 || (D == 128 && KBITS == 3 && VBITS == 3), "the timing variants are compiled for turbo3/turbo3, D = 128");
-    constexpr bool DEC_K = ABL != 1 && ABL != 3 && ABL != 5, DEC_V = ABL != 2 && ABL != 3 && ABL != 5;
-    constexpr bool MMA = ABL != 4 && ABL != 5;
+    typedef turbo_mma_ablate<VAR> abl;
+    constexpr bool DEC_K = ABL != 1 && ABL != 3 && !abl::SKEL, DEC_V = ABL != 2 && ABL != 3 && !abl::SKEL;
+    constexpr bool MMA = ABL != 4 && !abl::SKEL;
     constexpr uint32_t SMALL = 0x3bff3bffu;   // clears the top exponent bit of both halves: finite, below 1
     uint32_t sink = 0;                         // what the timing variants fold their left-out stage's inputs into
     // v18 (11): v14 at 4 blocks per SM without spills: q's B fragments are read from shared memory at each use
@@ -498,13 +504,17 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     }
 
     // one tile's mask values (v9b: read before the K decode, so that their latency overlaps it)
-    auto tile_mask = [&](const int k0, float (&mv)[4]) {
-        mv[0] = mv[1] = mv[2] = mv[3] = 0.0f;
-        if (maskb) {
+    // v22 (run 21): the raw halves only; tile_scores converts them after the products. Converted here, next to the
+    // loads, every step waited for the loads' latency at its top (the loads sat in a branch with their conversion):
+    // leaving the mask loads out (timing variant 36) took 2.5 us off the op at 32K and 11.2 us at 128K. A key past
+    // n_kv reads the last key's value, which its -inf score then ignores
+    auto tile_mask = [&](const int k0, uint32_t (&mv)[4]) {
+        mv[0] = mv[1] = mv[2] = mv[3] = 0u;
+        if (maskb && !turbo_mma_ablate<VAR>::NO_MASK) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                const int key = k0 + g + 8*(e >> 1);
-                mv[e] = key < p.n_kv ? __half2float(mrow[e & 1][key]) : 0.0f;
+                const int key = min(k0 + g + 8*(e >> 1), p.n_kv - 1);
+                mv[e] = __half_as_ushort(mrow[e & 1][key]);
             }
         }
     };
@@ -512,7 +522,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // ---- one tile's S^T = K . Q^T, one 128-block at a time (each has its own norm), then softcap and mask;
     // s[e]: key k0 + g + 8*(e/2), row 2t + e%2
     // (v21: xslot is the exchange slot of the step, see below)
-    auto tile_scores = [&](const uint32_t * kst, const int k0, const float (&mv)[4], float (&s)[4], const int xslot) {
+    auto tile_scores = [&](const uint32_t * kst, const int k0, const uint32_t (&mv)[4], float (&s)[4], const int xslot) {
         s[0] = s[1] = s[2] = s[3] = 0.0f;
 #pragma unroll
         for (int b = 0; b < NBL; ++b) {
@@ -528,7 +538,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             if (!DEC_K) {
                 // timing variants: the staged words as the A fragments, no index bytes and no table loads
                 uint32_t a[4] = {(lo0[0] ^ hi[0]) & SMALL, (lo0[1] ^ hi[1]) & SMALL, lo1[0] & SMALL, lo1[1] & SMALL};
-                if (ABL == 5) {
+                if (abl::SKEL) {
                     sink ^= a[0] ^ a[1] ^ a[2] ^ a[3];
                 } else {
 #pragma unroll
@@ -597,7 +607,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             if (key >= p.n_kv) {
                 v = -INFINITY;
             } else if (maskb) {
-                v += slope[e & 1]*mv[e];
+                v += slope[e & 1]*__half2float(__ushort_as_half((uint16_t) mv[e]));
             }
             s[e] = v;
         }
@@ -627,7 +637,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                     for (int r = 0; r < 4; ++r) {
                         a[r] = (w[r] ^ h[r]) & SMALL;
                     }
-                    if (ABL == 5) {
+                    if (abl::SKEL) {
                         sink ^= a[0] ^ a[1] ^ a[2] ^ a[3] ^ pb0 ^ pb1;
                     } else {
 #pragma unroll
@@ -677,7 +687,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             }
         }
         turbo_cp_async_commit();
-        turbo_cp_async_wait<cfg::GROUPS - 1>();
+        if (!abl::NO_WAIT) {
+            turbo_cp_async_wait<cfg::GROUPS - 1>();
+        }
         __syncwarp();   // the other lanes' copies of this step's stages are visible
         if (NBL != 1) {
             staged_offsets(tt*TURBO_MMA_KEYS);   // NBL != 1 only with TPS = 1
@@ -686,7 +698,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         // a tile past the split's end (only the second of a v14 step, warp-uniform) was not staged: it is
         // never read, its scores are -inf and its P.V is skipped
         auto staged = [&](const int u) { return u == 0 || tt + u*NL < t_end; };
-        float mv[TPS][4], s[TPS][4];
+        uint32_t mv[TPS][4];
+        float s[TPS][4];
 #pragma unroll
         for (int u = 0; u < TPS; ++u) {
             tile_mask((tt + u*NL)*TURBO_MMA_KEYS, mv[u]);
@@ -701,9 +714,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
 
         // ---- online softmax over the step's keys (lanes of equal t share a row)
-        float alpha[2];
+        float alpha[2] = {1.0f, 1.0f};
 #pragma unroll
-        for (int i = 0; i < 2; ++i) {
+        for (int i = 0; i < 2 && !abl::NO_SOFTMAX; ++i) {
             float mx = fmaxf(s[0][i], s[0][i + 2]);
 #pragma unroll
             for (int u = 1; u < TPS; ++u) {
@@ -721,7 +734,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         for (int u = 0; u < TPS; ++u) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                pr[u][e] = M[e & 1] == -INFINITY ? 0.0f : exp2f(s[u][e] - M[e & 1]);
+                pr[u][e] = abl::NO_SOFTMAX ? s[u][e] : M[e & 1] == -INFINITY ? 0.0f : exp2f(s[u][e] - M[e & 1]);
             }
         }
         L[0] = L[0]*alpha[0] + pr[0][0] + pr[0][2];
@@ -851,7 +864,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 // the timing variants (turbo3 K and V only; the callers' `if constexpr` drops them for turbo2 K)
 #define TURBO_MMA_FOR_EACH_ABLATE(X) \
     X(128, GGML_TYPE_TURBO3, 30) X(128, GGML_TYPE_TURBO3, 31) X(128, GGML_TYPE_TURBO3, 32) \
-    X(128, GGML_TYPE_TURBO3, 33) X(128, GGML_TYPE_TURBO3, 34) X(128, GGML_TYPE_TURBO3, 35)
+    X(128, GGML_TYPE_TURBO3, 33) X(128, GGML_TYPE_TURBO3, 34) X(128, GGML_TYPE_TURBO3, 35) \
+    X(128, GGML_TYPE_TURBO3, 36) X(128, GGML_TYPE_TURBO3, 37) X(128, GGML_TYPE_TURBO3, 38) \
+    X(128, GGML_TYPE_TURBO3, 39) X(128, GGML_TYPE_TURBO3, 40) X(128, GGML_TYPE_TURBO3, 41)
 
 // a plain launch, or (p.cluster) one cluster of p.n_split blocks per row group (grid.x = n_split)
 static void turbo_mma_launch_one(void (*kernel)(const turbo_fa_params), cudaStream_t stream, const turbo_fa_params & p,
@@ -893,7 +908,7 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at whole waves)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const int var) {
-    static int cache[2][2][28] = {};   // var 8 .. 35
+    static int cache[2][2][34] = {};   // var 8 .. 41
     int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var - 8];
     if (n == 0) {
         const void * fn = nullptr;
