@@ -245,14 +245,28 @@ static __device__ __forceinline__ void turbo_mma_cluster_merge(const turbo_fa_pa
 // loads); 2 no V decode (the same for V); 3 neither decode; 4 no tensor-core products (the decoded fragments are
 // folded into one word by XOR instead); 5 neither decodes nor products (the scores come from the folded words; the
 // staging, the code and mask loads, the online softmax and the epilogue stay). 36..41: the stages of the rest, left
-// out of 30 (36 the mask loads, 37 the waits for the copies, 38 the online softmax: P = S) and of 35 (39, 40, 41)
+// out of 30 (36 the mask loads, 37 the waits for the copies, 38 the online softmax: P = S) and of 35 (39, 40, 41).
+// VAR 42 / 43 (prepared after run 21, not measured yet): v14 (13) / v11 (9) with the softmax's exponentials as the bare
+// ex2.approx.ftz (results below 2^-126 flush to 0, as they do anyway once P is rounded to f16). v17 (run 14) measured
+// no gain from it, but on loops whose steps then started by waiting for the mask loads (v22 removed that wait)
+template <bool FAST> static __device__ __forceinline__ float turbo_mma_exp2(const float x) {
+    if (!FAST) {
+        return exp2f(x);
+    }
+    float y;
+    asm("ex2.approx.ftz.f32 %0, %1;" : "=f"(y) : "f"(x));
+    return y;
+}
+
 template <int VAR> struct turbo_mma_ablate {
-    static constexpr int ABL  = VAR >= 30 ? VAR - 30 : 0;
+    static constexpr bool TIMING = VAR >= 30 && VAR <= 41;
+    static constexpr int ABL  = TIMING ? VAR - 30 : 0;
+    static constexpr bool FAST_EXP = VAR == 42 || VAR == 43;
     static constexpr bool SKEL = ABL == 5 || ABL >= 9;                 // decodes and products left out
     static constexpr bool NO_MASK = ABL == 6 || ABL == 9;              // no mask loads
     static constexpr bool NO_WAIT = ABL == 7 || ABL == 10;             // no waits for the copies (reads race them)
     static constexpr bool NO_SOFTMAX = ABL == 8 || ABL == 11;          // P = S, no maxima, exponentials or rescale
-    static constexpr int BASE = VAR >= 30 ? 13 : VAR;   // the variant whose loop is timed
+    static constexpr int BASE = TIMING || VAR == 42 ? 13 : VAR == 43 ? 9 : VAR;   // the variant whose loop it is
 };
 
 template <int D, ggml_type type_K, ggml_type type_V, int VAR>
@@ -726,7 +740,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 8));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 16));
             const float M_new = fmaxf(M[i], mx);
-            alpha[i] = M_new == -INFINITY ? 1.0f : exp2f(M[i] - M_new);
+            alpha[i] = M_new == -INFINITY ? 1.0f : turbo_mma_exp2<abl::FAST_EXP>(M[i] - M_new);
             M[i] = M_new;
         }
         float pr[TPS][4];
@@ -734,7 +748,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         for (int u = 0; u < TPS; ++u) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                pr[u][e] = abl::NO_SOFTMAX ? s[u][e] : M[e & 1] == -INFINITY ? 0.0f : exp2f(s[u][e] - M[e & 1]);
+                pr[u][e] = abl::NO_SOFTMAX ? s[u][e] : M[e & 1] == -INFINITY ? 0.0f : turbo_mma_exp2<abl::FAST_EXP>(s[u][e] - M[e & 1]);
             }
         }
         L[0] = L[0]*alpha[0] + pr[0][0] + pr[0][2];
@@ -860,7 +874,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     X(128, GGML_TYPE_TURBO3, 9) X(128, GGML_TYPE_TURBO2, 9) X(256, GGML_TYPE_TURBO3, 9) X(256, GGML_TYPE_TURBO2, 9) \
     X(128, GGML_TYPE_TURBO3, 12) X(128, GGML_TYPE_TURBO2, 12) X(256, GGML_TYPE_TURBO3, 12) X(256, GGML_TYPE_TURBO2, 12) \
     X(128, GGML_TYPE_TURBO3, 13) X(128, GGML_TYPE_TURBO2, 13) X(128, GGML_TYPE_TURBO3, 11) X(128, GGML_TYPE_TURBO2, 11) \
-    X(256, GGML_TYPE_TURBO3, 24) X(256, GGML_TYPE_TURBO2, 24)
+    X(256, GGML_TYPE_TURBO3, 24) X(256, GGML_TYPE_TURBO2, 24) \
+    X(128, GGML_TYPE_TURBO3, 42) X(128, GGML_TYPE_TURBO2, 42) X(128, GGML_TYPE_TURBO3, 43) X(128, GGML_TYPE_TURBO2, 43)
 // the timing variants (turbo3 K and V only; the callers' `if constexpr` drops them for turbo2 K)
 #define TURBO_MMA_FOR_EACH_ABLATE(X) \
     X(128, GGML_TYPE_TURBO3, 30) X(128, GGML_TYPE_TURBO3, 31) X(128, GGML_TYPE_TURBO3, 32) \
@@ -908,7 +923,7 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at whole waves)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const int var) {
-    static int cache[2][2][34] = {};   // var 8 .. 41
+    static int cache[2][2][36] = {};   // var 8 .. 43
     int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var - 8];
     if (n == 0) {
         const void * fn = nullptr;

@@ -105,12 +105,13 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     // 82.9-83.6); run 15: 11 against 9, turbo2 33.0 / 33.0 @32K, 78.4 / 81.0-81.1 @128K (turbo3: 37.4 / 36.5 @32K, 11
     // lost). Below 16K not measured. At D = 256 (Gemma 3): 24 (v21, a warp pair per tile, one 128-block each; run 20,
     // Gemma 3 270M tg128 against 9 in three calls: turbo3 +3-11% at depth 0, +1-5% at 8K, turbo2 +5-14% at 0-24K).
-    // TURBO_FA_MMA=8|9|11|13|24 forces one (11 and 13 exist for D = 128 only, 24 for D = 256 only; else 9); 30-41: timing
+    // TURBO_FA_MMA=8|9|11|13|24|42|43 forces one (11, 13, 42, 43 exist for D = 128 only, 24 for D = 256 only; else 9);
+    // 30-41: timing
     static const int mma_env = ggml_cuda_turbo_env_int("TURBO_FA_MMA", 0);
     int var = D == 256 ? 24 : 9;
     if (mma_env == 8 || mma_env == 9) {
         var = mma_env;
-    } else if (mma_env == 11 || mma_env == 13) {
+    } else if (mma_env == 11 || mma_env == 13 || mma_env == 42 || mma_env == 43) {
         var = D == 128 ? mma_env : 9;
     } else if (mma_env == 24) {
         var = D == 256 ? 24 : 9;
