@@ -14,7 +14,7 @@
 #   (TL_FA_PERF: the perf cases' filter, e.g. with nb=(1|512) for patch 0014's prefill case too, run 15)
 #   d0graph: depth-0 decode with and without CUDA graphs, f16 against turbo3 and q8_0 (run 15)
 #   combine: the split merges alone, correctness and us per launch (cuda/host-check/combine_bench.cu; no build)
-#   ablate: ncu times of the decode op's kernels for the timing variants TURBO_FA_MMA=30..41 (TL_ABLATE, run 21)
+#   ablate: ncu times of the decode op's kernels for the timing variants TURBO_FA_MMA=30..41, 44 (TL_ABLATE, run 21)
 #   pdl: TURBO_PDL=1's race check (perplexity logits, KLD 0) and decode speed (run 16)
 #   ropeq: the same check for TURBO_FUSE_ROPE_Q (Q's RoPE in the attention kernel; run 17)
 # .devcarry is not in git: on a fresh checkout make it first (a few minutes, on this CPU machine):
@@ -206,7 +206,7 @@ fi
 if [[ " $PHASES " == *" vquick "* ]]; then
     for pv in TL_DEFAULT=1 ${TL_PERF_VARIANT:-}; do   # TL_DEFAULT=1: the default kernels; A=1,B=2: two switches
         case "$pv" in
-        *TURBO_FA_MMA=3[0-9]*|*TURBO_FA_MMA=4[01]*) log "$pv: a timing variant (wrong results by design), no correctness check" ;;
+        *TURBO_FA_MMA=3[0-9]*|*TURBO_FA_MMA=4[014]*) log "$pv: a timing variant (wrong results by design), no correctness check" ;;
         *)
             env $(echo "$pv" | tr , ' ') "$B/test-backend-ops" -b CUDA0 -o FLASH_ATTN_EXT -p "type_K=turbo[23],type_V=turbo[23]" > "$WORK/tbo_one.log" 2>&1
             log "$pv FLASH_ATTN_EXT turbo/turbo: rc=$? | $(grep -E 'tests passed' "$WORK/tbo_one.log" | tail -1)" ;;
@@ -351,7 +351,7 @@ if [[ " $PHASES " == *" mixed "* ]]; then
 fi
 
 if [[ " $PHASES " == *" ablate "* ]]; then
-    # the timing variants (TURBO_FA_MMA=30..41: v14 with a stage of the loop left out, run 21): each kernel of the
+    # the timing variants (TURBO_FA_MMA=30..41, 44: v14 with a stage of the loop left out, run 21): each kernel of the
     # decode op (patch 0010's perf case, turbo3) timed by ncu, with its executed instructions and issue use
     if command -v ncu > /dev/null; then
         for v in ${TL_ABLATE:-30 31 32 33 34 35}; do

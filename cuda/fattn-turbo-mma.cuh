@@ -238,14 +238,15 @@ static __device__ __forceinline__ void turbo_mma_cluster_merge(const turbo_fa_pa
 // 128-blocks of a row split over a warp pair (see PAIR below; the default for D = 256 since run 20). Earlier
 // variants (v4-v7, v12, v14 at 4 blocks per SM with q in registers, v15-v17, v19, v20) and their measurements are in
 // results/cuda-fa-notes.md.
-// VAR 30..41 (TURBO_FA_MMA=30..41; D = 128, turbo3 K and V): v14 (13) with one stage of the loop left out, to time
+// VAR 30..41, 44 (TURBO_FA_MMA=30..41, 44; D = 128, turbo3 K and V): v14 (13) with one stage of the loop left out, to time
 // what each stage costs (run 21). Their results are wrong by design; the control flow, the staging and the loads of
 // the codes are v14's. ABL = VAR - 30: 0 nothing left out (v14 itself, the control); 1 no K decode (each tile's
 // staged code words, masked to small finite f16, are the A fragments of all 8 S products: no index bytes, no table
 // loads); 2 no V decode (the same for V); 3 neither decode; 4 no tensor-core products (the decoded fragments are
 // folded into one word by XOR instead); 5 neither decodes nor products (the scores come from the folded words; the
 // staging, the code and mask loads, the online softmax and the epilogue stay). 36..41: the stages of the rest, left
-// out of 30 (36 the mask loads, 37 the waits for the copies, 38 the online softmax: P = S) and of 35 (39, 40, 41).
+// out of 30 (36 the mask loads, 37 the waits for the copies, 38 the online softmax: P = S) and of 35 (39, 40, 41);
+// 44: 30 without q's prologue (no q loads, RoPE, scaling, FWHT or fragment loads: q is zeros, its fragments 1.0).
 // VAR 42 / 43 (prepared after run 21, not measured yet): v14 (13) / v11 (9) with the softmax's exponentials as the bare
 // ex2.approx.ftz (results below 2^-126 flush to 0, as they do anyway once P is rounded to f16). v17 (run 14) measured
 // no gain from it, but on loops whose steps then started by waiting for the mask loads (v22 removed that wait)
@@ -259,13 +260,14 @@ template <bool FAST> static __device__ __forceinline__ float turbo_mma_exp2(cons
 }
 
 template <int VAR> struct turbo_mma_ablate {
-    static constexpr bool TIMING = VAR >= 30 && VAR <= 41;
+    static constexpr bool TIMING = (VAR >= 30 && VAR <= 41) || VAR == 44;
     static constexpr int ABL  = TIMING ? VAR - 30 : 0;
     static constexpr bool FAST_EXP = VAR == 42 || VAR == 43;
     static constexpr bool SKEL = ABL == 5 || ABL >= 9;                 // decodes and products left out
     static constexpr bool NO_MASK = ABL == 6 || ABL == 9;              // no mask loads
     static constexpr bool NO_WAIT = ABL == 7 || ABL == 10;             // no waits for the copies (reads race them)
     static constexpr bool NO_SOFTMAX = ABL == 8 || ABL == 11;          // P = S, no maxima, exponentials or rescale
+    static constexpr bool NO_QPRO = ABL == 14;                         // no q prologue
     static constexpr int BASE = TIMING || VAR == 42 ? 13 : VAR == 43 ? 9 : VAR;   // the variant whose loop it is
 };
 
@@ -400,7 +402,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         const float * qrow = (const float *) (p.Q + iq3*p.nb03 + h*p.nb02 + j*p.nb01) + blk*QK_TURBO;
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            qv[i][k] = ok ? qrow[lane + 32*k] : 0.0f;
+            qv[i][k] = ok && !turbo_mma_ablate<VAR>::NO_QPRO ? qrow[lane + 32*k] : 0.0f;
         }
         if (neox_wide) {
             const float * qo = qrow + (blk == 0 ? QK_TURBO : -QK_TURBO);
@@ -413,7 +415,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // Q's RoPE deferred into this kernel (patch 0021): q comes from the ROPE's input. rope_once (one token, NB = 1):
     // every row has the same position, so the lane's cos and sin are computed once, while the q loads are in flight
     float rc[4], rs[4];
-    if (NB == 1 && p.rope_once) {
+    if (NB == 1 && p.rope_once && !turbo_mma_ablate<VAR>::NO_QPRO) {
         turbo_rope_block_cs(p.rope, 0, p.rope.pos[0], lane, rc, rs);
     }
 #pragma unroll
@@ -422,7 +424,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         const int r = task / NB, blk = task % NB;
         const int rho = rg*NR + r;
         // a pad row (a GQA group of 4 fills half of the 8) is zeros, loaded as such: no RoPE, no FWHT (warp-uniform)
-        if (rho < R) {
+        if (rho < R && !turbo_mma_ablate<VAR>::NO_QPRO) {
             if (NB == 1 && p.rope_once) {
                 turbo_rope_apply(p.rope, qv[i], 0, rc, rs, lane);
             } else if (p.rope.pos) {
@@ -447,6 +449,10 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #pragma unroll
     for (int c = 0; c < NBL*8; ++c) {
         const float * qr = q_sh + g*QS + (PAIR ? bw : c >> 3)*QK_TURBO + 32*t + 4*(c & 7);
+        if (turbo_mma_ablate<VAR>::NO_QPRO) {
+            qb[c][0] = qb[c][1] = 0x3c003c00u;   // timing variant 44: 1.0 halves, no loads
+            continue;
+        }
         qb[c][0] = turbo_h2_bits(qr[0]*TURBO_CUDA_INV_SQRT_QK, qr[1]*TURBO_CUDA_INV_SQRT_QK);
         qb[c][1] = turbo_h2_bits(qr[2]*TURBO_CUDA_INV_SQRT_QK, qr[3]*TURBO_CUDA_INV_SQRT_QK);
     }
@@ -881,7 +887,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     X(128, GGML_TYPE_TURBO3, 30) X(128, GGML_TYPE_TURBO3, 31) X(128, GGML_TYPE_TURBO3, 32) \
     X(128, GGML_TYPE_TURBO3, 33) X(128, GGML_TYPE_TURBO3, 34) X(128, GGML_TYPE_TURBO3, 35) \
     X(128, GGML_TYPE_TURBO3, 36) X(128, GGML_TYPE_TURBO3, 37) X(128, GGML_TYPE_TURBO3, 38) \
-    X(128, GGML_TYPE_TURBO3, 39) X(128, GGML_TYPE_TURBO3, 40) X(128, GGML_TYPE_TURBO3, 41)
+    X(128, GGML_TYPE_TURBO3, 39) X(128, GGML_TYPE_TURBO3, 40) X(128, GGML_TYPE_TURBO3, 41) X(128, GGML_TYPE_TURBO3, 44)
 
 // a plain launch, or (p.cluster) one cluster of p.n_split blocks per row group (grid.x = n_split)
 static void turbo_mma_launch_one(void (*kernel)(const turbo_fa_params), cudaStream_t stream, const turbo_fa_params & p,
@@ -923,7 +929,7 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at whole waves)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const int var) {
-    static int cache[2][2][36] = {};   // var 8 .. 43
+    static int cache[2][2][37] = {};   // var 8 .. 44
     int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var - 8];
     if (n == 0) {
         const void * fn = nullptr;

@@ -106,7 +106,7 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     // lost). Below 16K not measured. At D = 256 (Gemma 3): 24 (v21, a warp pair per tile, one 128-block each; run 20,
     // Gemma 3 270M tg128 against 9 in three calls: turbo3 +3-11% at depth 0, +1-5% at 8K, turbo2 +5-14% at 0-24K).
     // TURBO_FA_MMA=8|9|11|13|24|42|43 forces one (11, 13, 42, 43 exist for D = 128 only, 24 for D = 256 only; else 9);
-    // 30-41: timing
+    // 30-41, 44: timing
     static const int mma_env = ggml_cuda_turbo_env_int("TURBO_FA_MMA", 0);
     int var = D == 256 ? 24 : 9;
     if (mma_env == 8 || mma_env == 9) {
@@ -115,7 +115,7 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
         var = D == 128 ? mma_env : 9;
     } else if (mma_env == 24) {
         var = D == 256 ? 24 : 9;
-    } else if (mma_env >= 30 && mma_env <= 41) {
+    } else if ((mma_env >= 30 && mma_env <= 41) || mma_env == 44) {
         // the timing variants of fattn-turbo-mma.cuh (run 21): v14 with one stage left out, wrong results by design.
         // Compiled for turbo3 K and V at D = 128; other calls keep the default
         static bool warned = false;
