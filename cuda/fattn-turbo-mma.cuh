@@ -259,20 +259,24 @@ template <bool FAST> static __device__ __forceinline__ float turbo_mma_exp2(cons
     return y;
 }
 
-template <int VAR> struct turbo_mma_ablate {
+// what a variant number switches on or off (the timing variants and 42/43 on top of another variant's loop)
+template <int VAR> struct turbo_mma_variant {
     static constexpr bool TIMING = (VAR >= 30 && VAR <= 41) || VAR == 44;
-    static constexpr int ABL  = TIMING ? VAR - 30 : 0;
-    static constexpr bool FAST_EXP = VAR == 42 || VAR == 43;
-    static constexpr bool SKEL = ABL == 5 || ABL >= 9;                 // decodes and products left out
+    static constexpr int ABL = TIMING ? VAR - 30 : 0;                  // the stage left out, see above
+    static constexpr bool SKEL = ABL == 5 || (ABL >= 9 && ABL <= 11);  // neither decodes nor products
+    static constexpr bool DEC_K = ABL != 1 && ABL != 3 && !SKEL;       // the K decode runs
+    static constexpr bool DEC_V = ABL != 2 && ABL != 3 && !SKEL;       // the V decode runs
+    static constexpr bool MMA = ABL != 4 && !SKEL;                     // the tensor-core products run
     static constexpr bool NO_MASK = ABL == 6 || ABL == 9;              // no mask loads
     static constexpr bool NO_WAIT = ABL == 7 || ABL == 10;             // no waits for the copies (reads race them)
     static constexpr bool NO_SOFTMAX = ABL == 8 || ABL == 11;          // P = S, no maxima, exponentials or rescale
     static constexpr bool NO_QPRO = ABL == 14;                         // no q prologue
+    static constexpr bool FAST_EXP = VAR == 42 || VAR == 43;           // bare ex2.approx in the softmax
     static constexpr int BASE = TIMING || VAR == 42 ? 13 : VAR == 43 ? 9 : VAR;   // the variant whose loop it is
 };
 
 template <int D, ggml_type type_K, ggml_type type_V, int VAR>
-__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (turbo_mma_ablate<VAR>::BASE == 13 ? 3 : TURBO_MMA_MIN_BLOCKS) : VAR == 24 ? 3 : 1)
+__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (turbo_mma_variant<VAR>::BASE == 13 ? 3 : TURBO_MMA_MIN_BLOCKS) : VAR == 24 ? 3 : 1)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #ifndef AMPERE_MMA_AVAILABLE
     GGML_UNUSED(p);
@@ -295,13 +299,10 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     static_assert(!PAIR || NB == 2, "v21 is compiled for D = 256 only");
     constexpr int NBL = PAIR ? 1 : NB;                                // 128-blocks of a row in each warp's loop
     constexpr int NL  = PAIR ? NW/2 : NW;                             // warps (pairs) that walk tiles
-    typedef turbo_mma_stage_cfg<NBL, KBITS, VBITS, turbo_mma_ablate<VAR>::BASE> cfg;
+    typedef turbo_mma_variant<VAR> vt;
+    typedef turbo_mma_stage_cfg<NBL, KBITS, VBITS, vt::BASE> cfg;
     constexpr int TPS = cfg::TPS;
-    constexpr int ABL = turbo_mma_ablate<VAR>::ABL;
-    static_assert(ABL == 0 || (D == 128 && KBITS == 3 && VBITS == 3), "the timing variants are compiled for turbo3/turbo3, D = 128");
-    typedef turbo_mma_ablate<VAR> abl;
-    constexpr bool DEC_K = ABL != 1 && ABL != 3 && !abl::SKEL, DEC_V = ABL != 2 && ABL != 3 && !abl::SKEL;
-    constexpr bool MMA = ABL != 4 && !abl::SKEL;
+    static_assert(!vt::TIMING || (D == 128 && KBITS == 3 && VBITS == 3), "the timing variants are compiled for turbo3/turbo3, D = 128");
     constexpr uint32_t SMALL = 0x3bff3bffu;   // clears the top exponent bit of both halves: finite, below 1
     uint32_t sink = 0;                         // what the timing variants fold their left-out stage's inputs into
     // v18 (11): v14 at 4 blocks per SM without spills: q's B fragments are read from shared memory at each use
@@ -402,7 +403,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         const float * qrow = (const float *) (p.Q + iq3*p.nb03 + h*p.nb02 + j*p.nb01) + blk*QK_TURBO;
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            qv[i][k] = ok && !turbo_mma_ablate<VAR>::NO_QPRO ? qrow[lane + 32*k] : 0.0f;
+            qv[i][k] = ok && !vt::NO_QPRO ? qrow[lane + 32*k] : 0.0f;
         }
         if (neox_wide) {
             const float * qo = qrow + (blk == 0 ? QK_TURBO : -QK_TURBO);
@@ -415,7 +416,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // Q's RoPE deferred into this kernel (patch 0021): q comes from the ROPE's input. rope_once (one token, NB = 1):
     // every row has the same position, so the lane's cos and sin are computed once, while the q loads are in flight
     float rc[4], rs[4];
-    if (NB == 1 && p.rope_once && !turbo_mma_ablate<VAR>::NO_QPRO) {
+    if (NB == 1 && p.rope_once && !vt::NO_QPRO) {
         turbo_rope_block_cs(p.rope, 0, p.rope.pos[0], lane, rc, rs);
     }
 #pragma unroll
@@ -424,7 +425,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         const int r = task / NB, blk = task % NB;
         const int rho = rg*NR + r;
         // a pad row (a GQA group of 4 fills half of the 8) is zeros, loaded as such: no RoPE, no FWHT (warp-uniform)
-        if (rho < R && !turbo_mma_ablate<VAR>::NO_QPRO) {
+        if (rho < R && !vt::NO_QPRO) {
             if (NB == 1 && p.rope_once) {
                 turbo_rope_apply(p.rope, qv[i], 0, rc, rs, lane);
             } else if (p.rope.pos) {
@@ -449,7 +450,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #pragma unroll
     for (int c = 0; c < NBL*8; ++c) {
         const float * qr = q_sh + g*QS + (PAIR ? bw : c >> 3)*QK_TURBO + 32*t + 4*(c & 7);
-        if (turbo_mma_ablate<VAR>::NO_QPRO) {
+        if (vt::NO_QPRO) {
             qb[c][0] = qb[c][1] = 0x3c003c00u;   // timing variant 44: 1.0 halves, no loads
             continue;
         }
@@ -530,7 +531,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // n_kv reads the last key's value, which its -inf score then ignores
     auto tile_mask = [&](const int k0, uint32_t (&mv)[4]) {
         mv[0] = mv[1] = mv[2] = mv[3] = 0u;
-        if (maskb && !turbo_mma_ablate<VAR>::NO_MASK) {
+        if (maskb && !vt::NO_MASK) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int key = min(k0 + g + 8*(e >> 1), p.n_kv - 1);
@@ -555,10 +556,10 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 hi[i]  = KBITS == 3 ? turbo_sh_u32(kr, ksh[i] + b*KBS + 34 + 4*t) : 0u;
             }
             float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            if (!DEC_K) {
+            if (!vt::DEC_K) {
                 // timing variants: the staged words as the A fragments, no index bytes and no table loads
                 uint32_t a[4] = {(lo0[0] ^ hi[0]) & SMALL, (lo0[1] ^ hi[1]) & SMALL, lo1[0] & SMALL, lo1[1] & SMALL};
-                if (abl::SKEL) {
+                if (vt::SKEL) {
                     sink ^= a[0] ^ a[1] ^ a[2] ^ a[3];
                 } else {
 #pragma unroll
@@ -588,14 +589,14 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                     a[3] = turbo_mma_pick(pairK_sh, ix[1][w + 1], n + 1);
                     uint32_t b0, b1;
                     qfrag(8*b + cc, b0, b1);
-                    if (MMA) {
+                    if (vt::MMA) {
                         turbo_mma_16816<TPS == 1>(sb, a, b0, b1);
                     } else {
                         sink ^= a[0] ^ a[1] ^ a[2] ^ a[3];
                     }
                 }
             }
-            if (!MMA) {
+            if (!vt::MMA) {
                 sb[0] = sb[1] = sb[2] = sb[3] = __uint_as_float(sink & SMALL);
             }
             const float n0 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + g*cfg::KW, ksh[0] + b*KBS)));
@@ -650,14 +651,14 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                     w[i] = turbo_sh_u32(vr, vsh4[i] + b*VBS + 2 + 4*g);
                     h[i] = VBITS == 3 ? turbo_sh_u16(vr, vsh4[i] + b*VBS + 34 + 2*g) : 0u;
                 }
-                if (!DEC_V) {
+                if (!vt::DEC_V) {
                     // timing variants: the staged words as the A fragments of all 8 O products
                     uint32_t a[4];
 #pragma unroll
                     for (int r = 0; r < 4; ++r) {
                         a[r] = (w[r] ^ h[r]) & SMALL;
                     }
-                    if (abl::SKEL) {
+                    if (vt::SKEL) {
                         sink ^= a[0] ^ a[1] ^ a[2] ^ a[3] ^ pb0 ^ pb1;
                     } else {
 #pragma unroll
@@ -685,7 +686,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 for (int r = 0; r < 4; ++r) {
                     a[r] = turbo_mma_pick(pairV_sh, vx[r][jj & 1], jj);
                 }
-                if (MMA) {
+                if (vt::MMA) {
                     turbo_mma_16816<TPS == 1>(o[8*b + jj], a, pb0, pb1);
                 } else {
                     sink ^= a[0] ^ a[1] ^ a[2] ^ a[3];
@@ -707,7 +708,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             }
         }
         turbo_cp_async_commit();
-        if (!abl::NO_WAIT) {
+        if (!vt::NO_WAIT) {
             turbo_cp_async_wait<cfg::GROUPS - 1>();
         }
         __syncwarp();   // the other lanes' copies of this step's stages are visible
@@ -736,7 +737,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         // ---- online softmax over the step's keys (lanes of equal t share a row)
         float alpha[2] = {1.0f, 1.0f};
 #pragma unroll
-        for (int i = 0; i < 2 && !abl::NO_SOFTMAX; ++i) {
+        for (int i = 0; i < 2 && !vt::NO_SOFTMAX; ++i) {
             float mx = fmaxf(s[0][i], s[0][i + 2]);
 #pragma unroll
             for (int u = 1; u < TPS; ++u) {
@@ -746,7 +747,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 8));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 16));
             const float M_new = fmaxf(M[i], mx);
-            alpha[i] = M_new == -INFINITY ? 1.0f : turbo_mma_exp2<abl::FAST_EXP>(M[i] - M_new);
+            alpha[i] = M_new == -INFINITY ? 1.0f : turbo_mma_exp2<vt::FAST_EXP>(M[i] - M_new);
             M[i] = M_new;
         }
         float pr[TPS][4];
@@ -754,7 +755,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         for (int u = 0; u < TPS; ++u) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                pr[u][e] = abl::NO_SOFTMAX ? s[u][e] : M[e & 1] == -INFINITY ? 0.0f : turbo_mma_exp2<abl::FAST_EXP>(s[u][e] - M[e & 1]);
+                pr[u][e] = vt::NO_SOFTMAX ? s[u][e] : M[e & 1] == -INFINITY ? 0.0f : turbo_mma_exp2<vt::FAST_EXP>(s[u][e] - M[e & 1]);
             }
         }
         L[0] = L[0]*alpha[0] + pr[0][0] + pr[0][2];
@@ -780,7 +781,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
     }
     turbo_cp_async_wait<0>();
-    if (ABL != 0) {
+    if (vt::ABL != 0) {
         o[0][0] += __uint_as_float(sink & SMALL);   // keeps the timing variants' folded stages alive
     }
     if (!CLUSTER && !PAIR && p.warp_partials) {
