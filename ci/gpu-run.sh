@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # turbo-llama: the whole GPU run in one go (H200 via the device tool, or any CUDA machine).
-#   ci/gpu-run.sh [bg] [tlfull] [prebuilt] [build] [wait] [model] [test] [vquick] [ncu] [ktime] [d0graph] [combine] [pdl] [ropeq] [nwide] [fatime] [mixed] [ablate] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
+#   ci/gpu-run.sh [bg] [tlfull] [prebuilt] [build] [wait] [model] [test] [vquick] [ncu] [ktime] [d0graph] [combine] [pdl] [ropeq] [nwide] [setrows] [fatime] [mixed] [ablate] [ncu0] [gbench] [ppl] [cli] [kv] [bench]   (results in $OUT, default /tmp/gpu-out)
 #   default: build test bench. The device tool keeps a machine (and /tmp) 30 s after a call, so a session:
 #     call 1: `bg` (starts the build in the background from a copy of the repo)
 #     calls 2..6: `model` (one part of the Gemma GGUF each: .devcarry/m1/p1 .. m6/p6, split so that a part plus
@@ -17,6 +17,7 @@
 #   ablate: ncu times of the decode op's kernels for the timing variants TURBO_FA_MMA=30..41, 44 (TL_ABLATE, run 21)
 #   pdl: TURBO_PDL=1's race check (perplexity logits, KLD 0) and decode speed (run 16)
 #   ropeq: the same check for TURBO_FUSE_ROPE_Q (Q's RoPE in the attention kernel; run 17)
+#   setrows: the KV write kernels (TURBO_SET_ROWS=0/1/4) give the same perplexity logits (run 22)
 # .devcarry is not in git: on a fresh checkout make it first (a few minutes, on this CPU machine):
 #   .venv/bin/turbo-llama prepare --out /tmp/prep && bash ci/make-devcarry.sh /tmp/prep --pristine
 #   .venv/bin/python -m pip download --no-deps --only-binary :all: click tqdm -d .devcarry/whl
@@ -160,8 +161,9 @@ if [[ " $PHASES " == *" test "* ]]; then
     log "bit-exactness of the CUDA write path"
     "$B/test-turbo-cuda" > "$OUT/bitexact.log" 2>&1; log "test-turbo-cuda rc=$?"
     grep "BITEXACT" "$OUT/bitexact.log" | tee -a "$OUT/summary.txt"
-    # the default write kernel of test-turbo-cuda's 4096 blocks is the 4-thread one; TURBO_SET_ROWS=1 is the warp one
-    for bv in ${TL_BITEXACT_VARIANTS-TURBO_SET_ROWS=1}; do
+    # the default write kernel of test-turbo-cuda's 4096 blocks is the 2-thread one (run 22); TURBO_SET_ROWS=1 is the
+    # warp one, =4 the 4-thread one
+    for bv in ${TL_BITEXACT_VARIANTS-TURBO_SET_ROWS=1 TURBO_SET_ROWS=4}; do
         env $bv "$B/test-turbo-cuda" > "$OUT/bitexact-$bv.log" 2>&1; log "$bv test-turbo-cuda rc=$?"
         grep "BITEXACT" "$OUT/bitexact-$bv.log" | tee -a "$OUT/summary.txt"
     done
@@ -169,7 +171,7 @@ if [[ " $PHASES " == *" test "* ]]; then
     # CPY turbo -> f16 is left out: the CPU reference (ggml-cpu dup) aborts on quantized -> f16 (lead's side)
     # spec: [ENV=VALUE:]OP|FILTER; the default kernel first, then the other variants on the pairs they serve
     for spec in "SET_ROWS|turbo" "SUB_SET_ROWS|turbo" "CPY|type_dst=turbo|type_src=turbo[23],type_dst=f32" "GET_ROWS|turbo" \
-                "FLASH_ATTN_EXT|turbo" "ROPE_FLASH_ATTN|turbo" ${TL_FA_VARIANTS:-"TURBO_FUSE_ROPE_Q=0:ROPE_FLASH_ATTN|turbo" "TURBO_ROPE_Q_ONCE=0:ROPE_FLASH_ATTN|turbo" "TURBO_SET_ROWS=4:SET_ROWS|turbo" "TURBO_SET_ROWS=4:SUB_SET_ROWS|turbo" "TURBO_FA_MMA=8:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_MMA=9:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_MMA=13:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_PREFILL=0:FLASH_ATTN_EXT|turbo"}; do
+                "FLASH_ATTN_EXT|turbo" "ROPE_FLASH_ATTN|turbo" ${TL_FA_VARIANTS:-"TURBO_FUSE_ROPE_Q=0:ROPE_FLASH_ATTN|turbo" "TURBO_ROPE_Q_ONCE=0:ROPE_FLASH_ATTN|turbo" "TURBO_SET_ROWS=4:SET_ROWS|turbo" "TURBO_SET_ROWS=4:SUB_SET_ROWS|turbo" "TURBO_SET_ROWS=2:SET_ROWS|turbo" "TURBO_SET_ROWS=2:SUB_SET_ROWS|turbo" "TURBO_FA_MMA=8:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_MMA=9:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_MMA=13:FLASH_ATTN_EXT|type_K=turbo[23],type_V=turbo[23]" "TURBO_FA_PREFILL=0:FLASH_ATTN_EXT|turbo"}; do
         split_env_spec "$spec"; op=${rest%%|*}; filt=${rest#*|}
         echo "=== ${envset:+$envset }test-backend-ops -b CUDA0 -o $op -p '$filt'" >> "$OUT/tbo.log"
         with_spec_env "$B/test-backend-ops" -b CUDA0 -o $op -p "$filt" > "$WORK/tbo_one.log" 2>&1
@@ -325,6 +327,24 @@ fi
 if [[ " $PHASES " == *" nwide "* ]]; then
     SC_MODEL=$GEMMA SC_DEPTHS=${TL_NWIDE_DEPTHS:-0,8192} switch_check TURBO_ROPE_NEOX_WIDE nwide "${TL_NWIDE_SPECS:-q8_0}" \
         "Q's RoPE done by the decode attention kernel"
+fi
+
+if [[ " $PHASES " == *" setrows "* ]]; then
+    # the KV write kernels against each other in a model's own graphs: llama-perplexity logits of the llama8b random
+    # model with -ub 512 (4096-block writes: the 2-thread kernel by default since run 22) against TURBO_SET_ROWS=1
+    # (the warp kernel) and =4 (4 threads): bit-exact writes give the noise floor of the logits file (the default run
+    # twice) and nothing more
+    llama8b_model setrows
+    TXT=$WORK/pdl-text.txt; cat "$REPO"/README.md "$REPO"/results/*.md > "$TXT"
+    for t in turbo3 turbo2; do
+        base=$WORK/setrows-base-$t.bin; rm -f "$base"
+        for v in 0 0 1 4; do
+            kl="--kl-divergence-base $base"; [ -f "$base" ] && kl="$kl --kl-divergence"
+            TURBO_SET_ROWS=$v "$B/llama-perplexity" -m "$M8" -f "$TXT" -c 512 --chunks 4 -b 512 -ub 512 -fa on -ctk $t -ctv $t \
+                -ngl 99 $kl > "$OUT/setrows-$t-$v.log" 2>&1
+            log "setrows $t TURBO_SET_ROWS=$v: rc=$? | $(grep -E '^Mean +KLD|^Maximum KLD|^Same top p|Final estimate' "$OUT/setrows-$t-$v.log" | tr -s ' ' | tr '\n' ';')"
+        done
+    done
 fi
 
 if [[ " $PHASES " == *" fatime "* ]]; then

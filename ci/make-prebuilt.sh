@@ -50,10 +50,17 @@ cmake -S "$SRC" -B "$BLD" -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 
 # the executables' link resolves libggml-cuda's libcuda.so.1 and libcublas.so.13 through LD_LIBRARY_PATH
 LD_LIBRARY_PATH="$STUB:$CUBLAS/lib" ninja -C "$BLD" -j"$(nproc)" $TARGETS
 
+# with the tests: our bit-exactness test of the CUDA write path too (gpu-run.sh's test phase runs $B/test-turbo-cuda)
+EXTRA=""
+if [ "$TESTS" = ON ]; then
+    LD_LIBRARY_PATH="$STUB:$CUBLAS/lib" g++ -O2 -std=c++17 "$REPO/cuda/test-turbo-cuda.cpp" -I"$SRC/ggml/include" -L"$BLD/bin" \
+        -lggml -lggml-base -lggml-cpu -lggml-cuda -Wl,-rpath,'$ORIGIN' -Wl,--allow-shlib-undefined -o "$BLD/bin/test-turbo-cuda"
+    EXTRA=test-turbo-cuda
+fi
 PKG=$(mktemp -d)
 mkdir -p "$PKG/bin"
-(cd "$BLD/bin" && cp -a $TARGETS lib*.so* "$PKG/bin/")
-(cd "$PKG/bin" && strip --strip-unneeded $TARGETS lib*.so.*.* lib*-impl.so)
+(cd "$BLD/bin" && cp -a $TARGETS $EXTRA lib*.so* "$PKG/bin/")
+(cd "$PKG/bin" && strip --strip-unneeded $TARGETS $EXTRA lib*.so.*.* lib*-impl.so)
 tar czf "$REPO/.devcarry/prebuilt.tar.gz" -C "$PKG" bin
 rm -rf "$PKG"
 ls -la "$REPO/.devcarry/prebuilt.tar.gz"

@@ -2,6 +2,7 @@
 // for the turbo3/turbo2 KV-cache types. One warp per 128-value block; bit-exact with cpu_ref/ggml-turbo.c.
 #include "turbo-common.cuh"
 #include "turbo.cuh"
+#include "turbo-encode-t2.cuh"
 #include "turbo-codebooks.h"
 
 #include <cstring>
@@ -19,6 +20,15 @@ void ggml_cuda_turbo_check_tables(void) {
         memcmp(b3, turbo3_boundaries, sizeof(b3)) != 0 || memcmp(c2, turbo2_centroids, sizeof(c2)) != 0 ||
         memcmp(b2, turbo2_boundaries, sizeof(b2)) != 0) {
         GGML_ABORT("turbo-llama: the CUDA copies of the turbo codebooks/signs differ from turbo-codebooks.h");
+    }
+    // the 2-thread write's code search (turbo-encode-t2.cuh) needs symmetric codebooks around a boundary at 0
+    bool sym = b3[3] == 0.0f && b2[1] == 0.0f;
+    for (int k = 0; k < 8; ++k) { sym = sym && c3[7 - k] == -c3[k]; }
+    for (int k = 0; k < 7; ++k) { sym = sym && b3[6 - k] == -b3[k]; }
+    for (int k = 0; k < 4; ++k) { sym = sym && c2[3 - k] == -c2[k]; }
+    for (int k = 0; k < 3; ++k) { sym = sym && b2[2 - k] == -b2[k]; }
+    if (!sym) {
+        GGML_ABORT("turbo-llama: the turbo codebooks are not symmetric, which the CUDA write assumes");
     }
     checked = true;
 }
@@ -46,6 +56,7 @@ struct turbo_set_rows_job {
     size_t nb1, nb2, nb3;
     const float * off;   // the key offset row subtracted on load (fused SUB), or nullptr
     turbo_rope rope;     // RoPE applied before the offset (fused ROPE), rope.pos == nullptr when none
+    uint3 fd_nbr, fd_ne01, fd_ne02, fd_ne11, fd_ne12;   // fastdiv values of those extents (the 2-thread kernel)
 };
 
 // one warp per 128-value block of src0: rows go to the dst rows that src1 names
@@ -334,6 +345,120 @@ static __global__ void k_turbo_set_rows_t4(const turbo_set_rows_job a, const tur
     }
 }
 
+// ---- two threads per block (turbo-encode-t2.cuh; the default for large writes since run 22) -------------------
+// A warp's 16 blocks are staged in shared memory first, each block's 512 bytes copied by the whole warp with one
+// coalesced 16-byte copy per lane; then both threads of a pair read their block (rows of 132 floats: the float4s
+// that the warp's 16 pairs read at once fall into 8 different bank groups, the fewest wavefronts for 256 bytes).
+#define TURBO_T2_WARPS 4
+#define TURBO_T2_ROW   (QK_TURBO + 4)
+#define TURBO_T2_PER_WARP (WARP_SIZE/2)   // blocks per warp
+
+// where block blk of job j comes from and goes to (f32 rows; the offset row of its 128 columns, or nullptr); the
+// position as turbo_block_at, by multiplications (fastdiv: the divisions were ~100 instructions per thread)
+template <typename idx_t>
+static __device__ __forceinline__ void turbo_t2_locate(const turbo_set_rows_job & j, const int blk, const float * & src,
+        uint8_t * & dst, const float * & off) {
+    const uint2 q0 = fast_div_modulo((uint32_t) blk, j.fd_nbr);    // (row, block of the row)
+    const uint2 q1 = fast_div_modulo(q0.x, j.fd_ne01);             // (i2 and i3, i1)
+    const uint2 q2 = fast_div_modulo(q1.x, j.fd_ne02);             // (i3, i2)
+    const int ib = (int) q0.y, i1 = (int) q1.y, i2 = (int) q2.y, i3 = (int) q2.x;
+    const int i11 = (int) fastmodulo((uint32_t) i2, j.fd_ne11), i12 = (int) fastmodulo((uint32_t) i3, j.fd_ne12);
+    const int64_t dst_row = (int64_t) ((const idx_t *) j.src1)[i1*j.s10 + i11*j.s11 + i12*j.s12];
+    src = (const float *) j.src0 + i1*j.s01 + i2*j.s02 + i3*j.s03 + ib*QK_TURBO;
+    dst = (uint8_t *) (j.dst + dst_row*j.nb1 + i2*j.nb2 + i3*j.nb3 + ib*j.bs);
+    off = j.off ? j.off + ib*QK_TURBO : nullptr;
+}
+
+// the pair's block (staged row xs) encoded and stored; dst == nullptr: no block here (the lane still takes part in
+// the pair's shuffles). OFF: the job subtracts a key offset (off, 16-byte aligned)
+template <int bits, bool OFF>
+static __device__ __forceinline__ void turbo_t2_encode_store(const float * xs, const float * off, const float * c2tab,
+        uint8_t * dst, const int par) {
+    turbo_t2_out o;
+    const bool fast = turbo_t2_encode_fast<bits, OFF>(xs, off, c2tab, par, o);
+    if (!dst) {
+        return;
+    }
+    if (fast) {
+        turbo_t2_store<bits>(dst, o, par);
+    } else if (par == 0) {
+        turbo_t2_encode_slow<bits>(xs, OFF ? off : nullptr, dst);
+    }
+}
+
+// the warp's pairs of job j (member: this pair's block is j's), every lane taking part
+template <int bits>
+static __device__ __forceinline__ void turbo_t2_run(const turbo_set_rows_job & j, const bool member, const float * row,
+        const float * off, const float * c2tab, uint8_t * dst, const int par) {
+    if (j.off) {
+        turbo_t2_encode_store<bits, true>(row, member ? off : j.off, c2tab, member ? dst : nullptr, par);
+    } else {
+        turbo_t2_encode_store<bits, false>(row, nullptr, c2tab, member ? dst : nullptr, par);
+    }
+}
+
+// job a, then job b, a block per pair of threads (f32 rows, 16-byte aligned, no RoPE: checked by the host)
+template <typename idx_t, int bits_a, int bits_b>
+__launch_bounds__(TURBO_T2_WARPS*WARP_SIZE)
+static __global__ void k_turbo_set_rows_t2(const turbo_set_rows_job a, const turbo_set_rows_job b) {
+    __shared__ __align__(16) float xs[TURBO_T2_WARPS][TURBO_T2_PER_WARP][TURBO_T2_ROW];
+    __shared__ const float * srcs[TURBO_T2_WARPS][TURBO_T2_PER_WARP];
+    __shared__ float c2s[TURBO_T2_WARPS][8];   // each warp's tables of the centroids' squares: job a's, then job b's
+    const int lane = threadIdx.x % WARP_SIZE, w = threadIdx.x / WARP_SIZE, par = lane & 1, pr = lane >> 1;
+    const int gid = (int) ((blockIdx.x*blockDim.x + threadIdx.x) / 2);
+    const int n = a.nblk + b.nblk;
+    const int gid0 = gid - pr;
+    if (gid0 >= n) {
+        return;   // the whole warp is past the end
+    }
+    ggml_cuda_pdl_sync();   // TURBO_PDL: the rows come from the kernels before
+    const bool in_a = gid < a.nblk, in_b = !in_a && gid < n;
+    const float * src = nullptr, * off = nullptr;
+    uint8_t * dst = nullptr;
+    if (in_a) {
+        turbo_t2_locate<idx_t>(a, gid, src, dst, off);
+    } else if (in_b) {
+        turbo_t2_locate<idx_t>(b, gid - a.nblk, src, dst, off);
+    }
+    if (par == 0) {
+        srcs[w][pr] = src;
+    }
+    if (lane < (1 << (bits_a - 1))) {
+        c2s[w][lane] = turbo_t2_c2<bits_a>(lane);
+    } else if (lane >= 4 && lane < 4 + (1 << (bits_b - 1))) {
+        c2s[w][lane] = turbo_t2_c2<bits_b>(lane - 4);
+    }
+    __syncwarp();
+    const int nb = min(TURBO_T2_PER_WARP, n - gid0);
+    float * row = xs[w][pr];
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= GGML_CUDA_CC_AMPERE
+    const uint32_t dst0 = (uint32_t) __cvta_generic_to_shared(&xs[w][0][4*lane]);
+    for (int k = 0; k < nb; ++k) {
+        asm volatile("cp.async.cg.shared.global [%0], [%1], 16;" :: "r"(dst0 + 4*k*TURBO_T2_ROW), "l"(srcs[w][k] + 4*lane));
+    }
+    asm volatile("cp.async.commit_group;");
+    asm volatile("cp.async.wait_group 0;" ::: "memory");
+#else
+    for (int k = 0; k < nb; ++k) {
+        *(float4 *) &xs[w][k][4*lane] = *(const float4 *) (srcs[w][k] + 4*lane);
+    }
+#endif
+    if (pr >= nb) {   // no block: zeros through the encode
+#pragma unroll
+        for (int i = par; i < QK_TURBO/4; i += 2) {
+            ((float4 *) row)[i] = make_float4(0.0f, 0.0f, 0.0f, 0.0f);
+        }
+    }
+    __syncwarp();
+    // most warps hold blocks of one job; one may straddle the two, and then runs both encodes
+    if (__any_sync(0xffffffff, in_a)) {
+        turbo_t2_run<bits_a>(a, in_a, row, off, c2s[w], dst, par);
+    }
+    if (__any_sync(0xffffffff, in_b)) {
+        turbo_t2_run<bits_b>(b, in_b, row, off, c2s[w] + 4, dst, par);
+    }
+}
+
 // job a, then job b (b.nblk = 0 when there is one): a decode step's K and V writes in one launch
 template <typename src_t, typename idx_t, int bits_a, int bits_b>
 static __global__ void k_turbo_set_rows(const turbo_set_rows_job a, const turbo_set_rows_job b) {
@@ -370,6 +495,11 @@ static turbo_set_rows_job turbo_set_rows_job_of(const ggml_tensor * src0, const 
     j.nb1 = nb1; j.nb2 = nb2; j.nb3 = nb3;
     j.off = off;
     j.rope = turbo_rope{};
+    j.fd_nbr  = init_fastdiv_values((uint64_t) nbr);
+    j.fd_ne01 = init_fastdiv_values((uint64_t) std::max<int64_t>(ne01, 1));
+    j.fd_ne02 = init_fastdiv_values((uint64_t) std::max<int64_t>(ne02, 1));
+    j.fd_ne11 = init_fastdiv_values((uint64_t) std::max<int64_t>(ne11, 1));
+    j.fd_ne12 = init_fastdiv_values((uint64_t) std::max<int64_t>(ne12, 1));
     return j;
 }
 
@@ -414,14 +544,28 @@ static bool turbo_t4_aligned(const turbo_set_rows_job & j) {
 
 template <typename src_t, typename idx_t, int bits_a>
 static void turbo_set_rows_launch_b(cudaStream_t stream, const turbo_set_rows_job & a, const turbo_set_rows_job & b, const int bits_b) {
-    // 4 threads per block instead of a warp for writes of at least TURBO_T4_MIN_BLOCKS blocks (run 12: 4096 rows of
-    // 1024, 29.3 -> 15.4 us; the same bytes). A decode step's few blocks keep the warp kernel, whose chain per thread
-    // is 8x shorter. TURBO_SET_ROWS=1: always the warp kernel, 4: always this one (where the rows allow it).
+    // writes of at least TURBO_T4_MIN_BLOCKS blocks: two threads per block (run 22); before it, 4 threads per block
+    // (run 12: 4096 rows of 1024, 29.3 -> 15.4 us against the warp kernel). A decode step's few blocks keep the warp
+    // kernel, whose chain per thread is the shortest. TURBO_SET_ROWS=1: always the warp kernel, 4: always the
+    // 4-thread one, 2: always the 2-thread one (where the rows allow those two).
     static const int mode = ggml_cuda_turbo_env_int("TURBO_SET_ROWS", 0);
     const int64_t n = (int64_t) a.nblk + b.nblk;
-    const bool t4 = mode == 4 || (mode != 1 && n >= TURBO_T4_MIN_BLOCKS);
+    const bool big = n >= TURBO_T4_MIN_BLOCKS;
+    const bool t2 = mode == 2 || (mode == 0 && big);
+    const bool t4 = mode == 4;
     if constexpr (std::is_same_v<src_t, float>) {
-        if (t4 && turbo_t4_aligned(a) && turbo_t4_aligned(b)) {
+        if ((t2 || t4) && turbo_t4_aligned(a) && turbo_t4_aligned(b)) {
+            if (t2) {
+                const int per = TURBO_T2_WARPS*TURBO_T2_PER_WARP;   // blocks per CUDA block
+                const dim3 grid((unsigned) ((n + per - 1) / per)), block(TURBO_T2_WARPS*WARP_SIZE);
+                if (bits_b == 3) {
+                    ggml_cuda_turbo_launch(k_turbo_set_rows_t2<idx_t, bits_a, 3>, grid, block, stream, a, b);
+                } else {
+                    ggml_cuda_turbo_launch(k_turbo_set_rows_t2<idx_t, bits_a, 2>, grid, block, stream, a, b);
+                }
+                CUDA_CHECK(cudaGetLastError());
+                return;
+            }
             const dim3 grid((unsigned) ((n + 63) / 64)), block(256);   // 64 blocks (8 warps) per CUDA block
             if (bits_b == 3) {
                 ggml_cuda_turbo_launch(k_turbo_set_rows_t4<idx_t, bits_a, 3>, grid, block, stream, a, b);
