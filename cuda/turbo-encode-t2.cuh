@@ -93,12 +93,13 @@ static __device__ __forceinline__ uint32_t turbo_t2_partner(const uint32_t v) { 
 // Levels 32..2 pair values of one parity (the thread's own tree, spans 16..1), level 1 adds the even and the odd
 // sum, on both threads in the same order. Destroys s
 static __device__ __forceinline__ float turbo_t2_tree_sum(float * s, const int par) {
+    // one flat loop over the 16 + 8 + 4 + 2 + 1 adds, level by level (nested loops with a bound set by the outer
+    // one were not unrolled, and s went to local memory)
 #pragma unroll
-    for (int h = QK_TURBO/8; h >= 1; h /= 2) {
-#pragma unroll
-        for (int i = 0; i < h; ++i) {
-            s[i] = __fadd_rn(s[i], s[i + h]);
-        }
+    for (int q = 0; q < QK_TURBO/4 - 1; ++q) {
+        const int h = q < 16 ? 16 : q < 24 ? 8 : q < 28 ? 4 : q < 30 ? 2 : 1;
+        const int i = q - (QK_TURBO/4 - 2*h);
+        s[i] = __fadd_rn(s[i], s[i + h]);
     }
     const float o = turbo_t2_partner(s[0]);
     return par ? __fadd_rn(o, s[0]) : __fadd_rn(s[0], o);
