@@ -88,21 +88,25 @@ static __device__ __forceinline__ float turbo_t2_partner(const float v) { return
 static __device__ __forceinline__ uint32_t turbo_t2_partner(const uint32_t v) { return __shfl_xor_sync(0xffffffff, v, 1); }
 #endif
 
-// the pairwise tree sum (s[i] += s[i + h], h = 64..1) of 128 values, from the thread's half of its level 64: s[k]
-// for k < 32 is the sum of values 2k + par and 2k + 64 + par (s[k] is value 2k + par of the thread's parity par).
-// Levels 32..2 pair values of one parity (the thread's own tree, spans 16..1), level 1 adds the even and the odd
-// sum, on both threads in the same order. Destroys s
-static __device__ __forceinline__ float turbo_t2_tree_sum(float * s, const int par) {
-    // one flat loop over the 16 + 8 + 4 + 2 + 1 adds, level by level (nested loops with a bound set by the outer
-    // one were not unrolled, and s went to local memory)
-#pragma unroll
-    for (int q = 0; q < QK_TURBO/4 - 1; ++q) {
-        const int h = q < 16 ? 16 : q < 24 ? 8 : q < 28 ? 4 : q < 30 ? 2 : 1;
-        const int i = q - (QK_TURBO/4 - 2*h);
-        s[i] = __fadd_rn(s[i], s[i + h]);
+// The pairwise tree sum (s[i] += s[i + h], h = 64..1) of 128 values, the thread's half of it: its leaves are level
+// 64, leaf(k) for k < 32 the sum of values 2k + par and 2k + 64 + par (value 2k + par is the thread's k-th). Levels
+// 32..2 pair values of one parity (the thread's own tree: node(h, i) = node(2h, i) + node(2h, i + h), spans 16..1),
+// level 1 adds the even and the odd sum, on both threads in the same order. Evaluated depth first, so that a few
+// partial sums are live at a time instead of 32 (registers, and so warps per SM)
+template <int H, int I, typename F>
+static __device__ __forceinline__ float turbo_t2_node(F & leaf) {
+    if constexpr (H == QK_TURBO/4) {
+        return leaf(I);
+    } else {
+        const float a = turbo_t2_node<2*H, I>(leaf);
+        return __fadd_rn(a, turbo_t2_node<2*H, I + H>(leaf));
     }
-    const float o = turbo_t2_partner(s[0]);
-    return par ? __fadd_rn(o, s[0]) : __fadd_rn(s[0], o);
+}
+template <typename F>
+static __device__ __forceinline__ float turbo_t2_tree_sum(F & leaf, const int par) {
+    const float s = turbo_t2_node<1, 0>(leaf);
+    const float o = turbo_t2_partner(s);
+    return par ? __fadd_rn(o, s) : __fadd_rn(s, o);
 }
 
 // Encodes the block whose 128 values (16-byte aligned) are x, on both threads of a pair (par = lane & 1; both get
@@ -139,12 +143,8 @@ static __device__ __forceinline__ bool turbo_t2_encode_fast(const float * x, con
             v[j] = __fadd_rn(a, b); v[j + h] = __fsub_rn(a, b);
         }
     }
-    float s[QK_TURBO/4];   // the thread's half of level 64 of the tree sums (see turbo_t2_tree_sum)
-#pragma unroll
-    for (int k = 0; k < QK_TURBO/4; ++k) {
-        s[k] = __fadd_rn(__fmul_rn(v[k], v[k]), __fmul_rn(v[k + 32], v[k + 32]));
-    }
-    const float len = __fsqrt_rn(turbo_t2_tree_sum(s, par));
+    auto square_leaf = [&](const int k) { return __fadd_rn(__fmul_rn(v[k], v[k]), __fmul_rn(v[k + 32], v[k + 32])); };
+    const float len = __fsqrt_rn(turbo_t2_tree_sum(square_leaf, par));
     const bool fast = len <= TURBO_T2_LEN_FAST;   // false for NaN, Inf, or a value above 2^32 in the block
     const bool live = fast && len > 0.0f;        // else all zero, or the squares underflowed: the zero block
 
@@ -156,8 +156,8 @@ static __device__ __forceinline__ bool turbo_t2_encode_fast(const float * x, con
     for (int w = 0; w < 8; ++w) { lm[w] = ln[w] = 0u; }
 #pragma unroll
     for (int w = 0; w < 4; ++w) { hp[w] = 0u; }
-#pragma unroll
-    for (int k = 0; k < QK_TURBO/4; ++k) {
+    // a leaf of the tree of the centroids' squares: the codes of values k and k + 32 of the thread, packed on the way
+    auto code_leaf = [&](const int k) {
         float c[2];
 #pragma unroll
         for (int u = 0; u < 2; ++u) {
@@ -172,8 +172,9 @@ static __device__ __forceinline__ bool turbo_t2_encode_fast(const float * x, con
                 hp[i >> 5] |= 1u << (i & 31);
             }
         }
-        s[k] = __fadd_rn(c[0], c[1]);
-    }
+        return __fadd_rn(c[0], c[1]);
+    };
+    const float clen = __fsqrt_rn(turbo_t2_tree_sum(code_leaf, par));
     // turbo3: low bits m or 3 - m, high bit y > 0; turbo2: 2 + m or 1 - m (= (m | 2) ^ 3); 0x22222222: bit 1 of
     // the thread's own codes (every other one)
     uint32_t lo[8], hi[4];
@@ -181,7 +182,6 @@ static __device__ __forceinline__ bool turbo_t2_encode_fast(const float * x, con
     for (int w = 0; w < 8; ++w) { lo[w] = (bits == 3 ? lm[w] : lm[w] | 0x22222222u) ^ ln[w]; }
 #pragma unroll
     for (int w = 0; w < 4; ++w) { hi[w] = hp[w]; }
-    const float clen = __fsqrt_rn(turbo_t2_tree_sum(s, par));
     // the odd thread's codes sit one code further on: shifted into place, then the pair's words merged
 #pragma unroll
     for (int w = 0; w < 8; ++w) {
