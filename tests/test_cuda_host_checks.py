@@ -1,5 +1,5 @@
 """The CUDA code's encode and RoPE math, compiled as host code with a warp emulated lane by lane (cuda/host-check/),
-on this GPU-less machine: the 4-thread KV write must give the C reference's bytes, and the RoPE-on-load helpers
+on this GPU-less machine: the 4-thread and the 2-thread KV writes must give the C reference's bytes, and the RoPE-on-load helpers
 (llama's RoPE of K in the turbo K write, of Q in the decode attention kernel) must match ggml's CPU ROPE. The GPU
 runs (test-backend-ops on the H200) check the same kernels on the device; these keep a change of the shared helpers
 from reaching the device unchecked."""
@@ -23,3 +23,14 @@ def test_cuda_math_on_the_host(script, llama_tool):
     out = subprocess.run(["bash", str(HOST_CHECK / script)], capture_output=True, text=True, timeout=600, env=env)
     lines = out.stdout.strip().splitlines()
     assert out.returncode == 0 and lines and lines[-1] == "PASS", out.stdout[-3000:] + out.stderr[-3000:]
+
+
+def test_two_thread_kv_write_on_the_host():
+    """The default write of large SET_ROWS (cuda/turbo-encode-t2.cuh: a block per pair of threads, the code search by
+    integer compares): every block, special ones included (zeros, NaN, Inf, huge, signed zeros, the fused key offset,
+    both store alignments), equals the C reference byte for byte, and so does the code of values at every boundary.
+    Needs only g++ (the C reference is compiled in)."""
+    out = subprocess.run(["bash", str(HOST_CHECK / "set_rows_t2_check.sh")], capture_output=True, text=True, timeout=600)
+    lines = out.stdout.strip().splitlines()
+    assert out.returncode == 0 and lines and lines[-1] == "PASS", out.stdout[-3000:] + out.stderr[-3000:]
+    assert "0 of 960 blocks differ" in out.stdout
