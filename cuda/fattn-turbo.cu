@@ -100,7 +100,9 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     const bool use_mma = turbo_fattn_uses_mma(K, V);
     GGML_ASSERT(!rope || use_mma);   // ggml_cuda_turbo_rope_fa_fusable checked it
     // kernel variant (see fattn-turbo-mma.cuh), at D = 128 from 16K keys up: 13 (v14, two tiles per warp step) for
-    // turbo3 V, 11 (v18: v14 at 4 blocks per SM, q from shared memory) for turbo2 K and V; else 9. Run 14, decode op
+    // turbo3 V, 42 (v14 with bare ex2.approx exponentials) for turbo2 K and V (run 22, after v22's mask change: turbo2
+    // op 27.20 -> 25.57 us @32K, 67.48 -> 66.17 @128K against 11, v18: v14 at 4 blocks per SM, q from shared memory,
+    // the turbo2 default of runs 15-21; for turbo3 42 and 13 time the same); else 9. Run 14, decode op
     // turbo3 9 -> 13: 36.7-37.0 -> 34.7-34.9 us @32K, 93.4-93.8 -> 91.9-92.2 @128K (turbo2 lost at 128K, 80.7 ->
     // 82.9-83.6); run 15: 11 against 9, turbo2 33.0 / 33.0 @32K, 78.4 / 81.0-81.1 @128K (turbo3: 37.4 / 36.5 @32K, 11
     // lost). Below 16K not measured. At D = 256 (Gemma 3): 24 (v21, a warp pair per tile, one 128-block each; run 20,
@@ -130,7 +132,7 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
         if (V->type == GGML_TYPE_TURBO3) {
             var = 13;
         } else if (K->type == GGML_TYPE_TURBO2) {
-            var = 11;
+            var = 42;
         }
     }
     // TURBO_FA_HEADS_FIRST=1: heads in blockIdx.x (no gain measured, run 5)
