@@ -557,37 +557,24 @@ static void turbo_set_rows_launch_b(cudaStream_t stream, const turbo_set_rows_jo
     const bool big = n >= TURBO_T4_MIN_BLOCKS;
     const bool t2 = mode == 2 || (mode == 0 && big);
     const bool t4 = mode == 4;
+    // the kernel for b's bit width (the same signature for both), on a grid of blocks_per CUDA blocks of `threads`
+    const auto launch = [&](void (*k)(const turbo_set_rows_job, const turbo_set_rows_job), const int blocks_per, const int threads) {
+        ggml_cuda_turbo_launch(k, dim3((unsigned) ((n + blocks_per - 1) / blocks_per)), dim3(threads), stream, a, b);
+        CUDA_CHECK(cudaGetLastError());
+    };
     if constexpr (std::is_same_v<src_t, float>) {
         if ((t2 || t4) && turbo_t4_aligned(a) && turbo_t4_aligned(b)) {
             if (t2) {
-                const int per = TURBO_T2_WARPS*TURBO_T2_PER_WARP;   // blocks per CUDA block
-                const dim3 grid((unsigned) ((n + per - 1) / per)), block(TURBO_T2_WARPS*WARP_SIZE);
-                if (bits_b == 3) {
-                    ggml_cuda_turbo_launch(k_turbo_set_rows_t2<idx_t, bits_a, 3>, grid, block, stream, a, b);
-                } else {
-                    ggml_cuda_turbo_launch(k_turbo_set_rows_t2<idx_t, bits_a, 2>, grid, block, stream, a, b);
-                }
-                CUDA_CHECK(cudaGetLastError());
-                return;
+                launch(bits_b == 3 ? k_turbo_set_rows_t2<idx_t, bits_a, 3> : k_turbo_set_rows_t2<idx_t, bits_a, 2>,
+                       TURBO_T2_WARPS*TURBO_T2_PER_WARP, TURBO_T2_WARPS*WARP_SIZE);
+            } else {   // 64 blocks (8 warps) per CUDA block
+                launch(bits_b == 3 ? k_turbo_set_rows_t4<idx_t, bits_a, 3> : k_turbo_set_rows_t4<idx_t, bits_a, 2>, 64, 256);
             }
-            const dim3 grid((unsigned) ((n + 63) / 64)), block(256);   // 64 blocks (8 warps) per CUDA block
-            if (bits_b == 3) {
-                ggml_cuda_turbo_launch(k_turbo_set_rows_t4<idx_t, bits_a, 3>, grid, block, stream, a, b);
-            } else {
-                ggml_cuda_turbo_launch(k_turbo_set_rows_t4<idx_t, bits_a, 2>, grid, block, stream, a, b);
-            }
-            CUDA_CHECK(cudaGetLastError());
             return;
         }
     }
-    const dim3 grid = turbo_grid((int64_t) a.nblk + b.nblk);
-    const dim3 block(TURBO_WARPS_PER_BLOCK*WARP_SIZE);
-    if (bits_b == 3) {
-        ggml_cuda_turbo_launch(k_turbo_set_rows<src_t, idx_t, bits_a, 3>, grid, block, stream, a, b);
-    } else {
-        ggml_cuda_turbo_launch(k_turbo_set_rows<src_t, idx_t, bits_a, 2>, grid, block, stream, a, b);
-    }
-    CUDA_CHECK(cudaGetLastError());
+    launch(bits_b == 3 ? k_turbo_set_rows<src_t, idx_t, bits_a, 3> : k_turbo_set_rows<src_t, idx_t, bits_a, 2>,
+           TURBO_WARPS_PER_BLOCK, TURBO_WARPS_PER_BLOCK*WARP_SIZE);
 }
 
 // writes a (and b, when given: same source and index types) with one launch; rope: a's values are rotated first
