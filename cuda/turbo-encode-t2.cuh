@@ -112,8 +112,9 @@ static __device__ __forceinline__ float turbo_t2_tree_sum(F & leaf, const int pa
 
 // Encodes the block whose 128 values (16-byte aligned) are x, on both threads of a pair (par = lane & 1; both get
 // the whole result); c2tab: turbo_t2_c2<bits>(m) by m (shared memory); OFF: off (the key offset of the block's 128
-// columns, the fused SUB) is subtracted first. false: the block needs the reference's checks (turbo_t2_encode_slow); o is then garbage.
-// Every lane of the warp must call it (shuffles), with any finite values where it has no block.
+// columns, the fused SUB) is subtracted first. false: the block needs the reference's checks
+// (turbo_t2_encode_slow), and o is garbage. Every lane of the warp must call it (shuffles), with any finite values
+// where it has no block.
 template <int bits, bool OFF>
 static __device__ __forceinline__ bool turbo_t2_encode_fast(const float * x, const float * off, const float * c2tab, const int par,
         turbo_t2_out & o) {
