@@ -179,11 +179,9 @@ static __device__ __forceinline__ bool turbo_t2_encode_fast(const float * x, con
     const float clen = __fsqrt_rn(turbo_t2_tree_sum(code_leaf, par));
     // turbo3: low bits m or 3 - m, high bit y > 0; turbo2: 2 + m or 1 - m (= (m | 2) ^ 3); 0x22222222: bit 1 of
     // the thread's own codes (every other one)
-    uint32_t lo[8], hi[4];
+    uint32_t lo[8];
 #pragma unroll
     for (int w = 0; w < 8; ++w) { lo[w] = (bits == 3 ? lm[w] : lm[w] | 0x22222222u) ^ ln[w]; }
-#pragma unroll
-    for (int w = 0; w < 4; ++w) { hi[w] = hp[w]; }
     // the odd thread's codes sit one code further on: shifted into place, then the pair's words merged
 #pragma unroll
     for (int w = 0; w < 8; ++w) {
@@ -193,8 +191,8 @@ static __device__ __forceinline__ bool turbo_t2_encode_fast(const float * x, con
     if (bits == 3) {
 #pragma unroll
         for (int w = 0; w < 4; ++w) {
-            const uint32_t mine = par ? hi[w] << 1 : hi[w];
-            hi[w] = mine | turbo_t2_partner(mine);
+            const uint32_t mine = par ? hp[w] << 1 : hp[w];
+            hp[w] = mine | turbo_t2_partner(mine);
         }
     }
     o.norm = live ? turbo_norm_half(len, clen, 0) : 0;
@@ -202,7 +200,7 @@ static __device__ __forceinline__ bool turbo_t2_encode_fast(const float * x, con
 #pragma unroll
     for (int w = 0; w < 8; ++w) { o.lo[w] = codes ? lo[w] : 0u; }
 #pragma unroll
-    for (int w = 0; w < 4; ++w) { o.hi[w] = codes && bits == 3 ? hi[w] : 0u; }
+    for (int w = 0; w < 4; ++w) { o.hi[w] = codes && bits == 3 ? hp[w] : 0u; }
     return fast;
 }
 

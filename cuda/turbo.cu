@@ -56,7 +56,7 @@ struct turbo_set_rows_job {
     size_t nb1, nb2, nb3;
     const float * off;   // the key offset row subtracted on load (fused SUB), or nullptr
     turbo_rope rope;     // RoPE applied before the offset (fused ROPE), rope.pos == nullptr when none
-    uint3 fd_nbr, fd_ne01, fd_ne02, fd_ne11, fd_ne12;   // fastdiv values of those extents (the 2-thread kernel)
+    uint3 fd_nbr, fd_ne01, fd_ne02, fd_ne11, fd_ne12;   // fastdiv values of those extents (turbo_job_locate)
 };
 
 // one warp per 128-value block of src0: rows go to the dst rows that src1 names
@@ -102,7 +102,24 @@ static __device__ __forceinline__ void turbo_set_rows_block(const turbo_set_rows
     turbo_warp_store<bits>((uint8_t *) (j.dst + dst_row*j.nb1 + i02*j.nb2 + i03*j.nb3 + ib*j.bs), h, codes, lane);
 }
 
-// ---- 4 threads per block (the default for large writes, see turbo_set_rows_launch_b) -----------------------
+// where block blk of job j comes from and goes to (f32 rows; the offset row of its 128 columns, or nullptr), for the
+// 4- and 2-thread kernels; the position as turbo_block_at, by multiplications (fastdiv: the divisions were ~100
+// instructions per thread)
+template <typename idx_t>
+static __device__ __forceinline__ void turbo_job_locate(const turbo_set_rows_job & j, const int blk, const float * & src,
+        uint8_t * & dst, const float * & off) {
+    const uint2 q0 = fast_div_modulo((uint32_t) blk, j.fd_nbr);    // (row, block of the row)
+    const uint2 q1 = fast_div_modulo(q0.x, j.fd_ne01);             // (i2 and i3, i1)
+    const uint2 q2 = fast_div_modulo(q1.x, j.fd_ne02);             // (i3, i2)
+    const int ib = (int) q0.y, i1 = (int) q1.y, i2 = (int) q2.y, i3 = (int) q2.x;
+    const int i11 = (int) fastmodulo((uint32_t) i2, j.fd_ne11), i12 = (int) fastmodulo((uint32_t) i3, j.fd_ne12);
+    const int64_t dst_row = (int64_t) ((const idx_t *) j.src1)[i1*j.s10 + i11*j.s11 + i12*j.s12];
+    src = (const float *) j.src0 + i1*j.s01 + i2*j.s02 + i3*j.s03 + ib*QK_TURBO;
+    dst = (uint8_t *) (j.dst + dst_row*j.nb1 + i2*j.nb2 + i3*j.nb3 + ib*j.bs);
+    off = j.off ? j.off + ib*QK_TURBO : nullptr;
+}
+
+// ---- 4 threads per block (TURBO_SET_ROWS=4; the default for large writes in runs 12-21) ----------------------
 // Thread t (0..3) of a group holds the values i = 16m + 4t + c (m = 0..7, c = 0..3: one float4 per m), so most of
 // the encode happens in registers: FWHT spans 1, 2 and 16, 32, 64 in the thread, spans 4 and 8 by shuffles; the
 // pairwise tree sums' levels 64, 32, 16 and 2, 1 in the thread, 8 and 4 by shuffles; a low-plane byte (4
@@ -290,24 +307,23 @@ static __device__ __forceinline__ void turbo_t4_encode_store(const float x[8][4]
 // and where it goes
 template <typename idx_t>
 static __device__ __forceinline__ uint8_t * turbo_t4_load(const turbo_set_rows_job & j, const int blk, const int t, float x[8][4]) {
-    const turbo_block_pos pos = turbo_block_at(blk, j.nbr, j.ne01, j.ne02);
-    const int ib = pos.ib, i01 = pos.i1, i02 = pos.i2, i03 = pos.i3;
-    const int64_t dst_row = (int64_t) ((const idx_t *) j.src1)[i01*j.s10 + (i02 % j.ne11)*j.s11 + (i03 % j.ne12)*j.s12];
-    const float * xb = (const float *) j.src0 + i01*j.s01 + i02*j.s02 + i03*j.s03 + ib*QK_TURBO;
+    const float * xb, * off;
+    uint8_t * dst;
+    turbo_job_locate<idx_t>(j, blk, xb, dst, off);
 #pragma unroll
     for (int m = 0; m < 8; ++m) {
         const float4 f = *(const float4 *) (xb + 16*m + 4*t);
         x[m][0] = f.x; x[m][1] = f.y; x[m][2] = f.z; x[m][3] = f.w;
     }
-    if (j.off) {
+    if (off) {
 #pragma unroll
         for (int m = 0; m < 8; ++m) {
-            const float4 f = *(const float4 *) (j.off + ib*QK_TURBO + 16*m + 4*t);
+            const float4 f = *(const float4 *) (off + 16*m + 4*t);
             x[m][0] = __fsub_rn(x[m][0], f.x); x[m][1] = __fsub_rn(x[m][1], f.y);
             x[m][2] = __fsub_rn(x[m][2], f.z); x[m][3] = __fsub_rn(x[m][3], f.w);
         }
     }
-    return (uint8_t *) (j.dst + dst_row*j.nb1 + i02*j.nb2 + i03*j.nb3 + ib*j.bs);
+    return dst;
 }
 
 // job a, then job b, a block per group of 4 threads; a warp whose groups straddle the two jobs (of different bit
@@ -352,22 +368,6 @@ static __global__ void k_turbo_set_rows_t4(const turbo_set_rows_job a, const tur
 #define TURBO_T2_WARPS 4
 #define TURBO_T2_ROW   (QK_TURBO + 4)
 #define TURBO_T2_PER_WARP (WARP_SIZE/2)   // blocks per warp
-
-// where block blk of job j comes from and goes to (f32 rows; the offset row of its 128 columns, or nullptr); the
-// position as turbo_block_at, by multiplications (fastdiv: the divisions were ~100 instructions per thread)
-template <typename idx_t>
-static __device__ __forceinline__ void turbo_t2_locate(const turbo_set_rows_job & j, const int blk, const float * & src,
-        uint8_t * & dst, const float * & off) {
-    const uint2 q0 = fast_div_modulo((uint32_t) blk, j.fd_nbr);    // (row, block of the row)
-    const uint2 q1 = fast_div_modulo(q0.x, j.fd_ne01);             // (i2 and i3, i1)
-    const uint2 q2 = fast_div_modulo(q1.x, j.fd_ne02);             // (i3, i2)
-    const int ib = (int) q0.y, i1 = (int) q1.y, i2 = (int) q2.y, i3 = (int) q2.x;
-    const int i11 = (int) fastmodulo((uint32_t) i2, j.fd_ne11), i12 = (int) fastmodulo((uint32_t) i3, j.fd_ne12);
-    const int64_t dst_row = (int64_t) ((const idx_t *) j.src1)[i1*j.s10 + i11*j.s11 + i12*j.s12];
-    src = (const float *) j.src0 + i1*j.s01 + i2*j.s02 + i3*j.s03 + ib*QK_TURBO;
-    dst = (uint8_t *) (j.dst + dst_row*j.nb1 + i2*j.nb2 + i3*j.nb3 + ib*j.bs);
-    off = j.off ? j.off + ib*QK_TURBO : nullptr;
-}
 
 // the pair's block (staged row xs) encoded and stored; dst == nullptr: no block here (the lane still takes part in
 // the pair's shuffles). OFF: the job subtracts a key offset (off, 16-byte aligned)
@@ -420,9 +420,9 @@ static __global__ void k_turbo_set_rows_t2(const turbo_set_rows_job a, const tur
     const float * src = nullptr, * off = nullptr;
     uint8_t * dst = nullptr;
     if (in_a) {
-        turbo_t2_locate<idx_t>(a, gid, src, dst, off);
+        turbo_job_locate<idx_t>(a, gid, src, dst, off);
     } else if (in_b) {
-        turbo_t2_locate<idx_t>(b, gid - a.nblk, src, dst, off);
+        turbo_job_locate<idx_t>(b, gid - a.nblk, src, dst, off);
     }
     if (par == 0) {
         srcs[w][pr] = src;
@@ -500,10 +500,10 @@ static turbo_set_rows_job turbo_set_rows_job_of(const ggml_tensor * src0, const 
     j.off = off;
     j.rope = turbo_rope{};
     j.fd_nbr  = init_fastdiv_values((uint64_t) nbr);
-    j.fd_ne01 = init_fastdiv_values((uint64_t) std::max<int64_t>(ne01, 1));
-    j.fd_ne02 = init_fastdiv_values((uint64_t) std::max<int64_t>(ne02, 1));
-    j.fd_ne11 = init_fastdiv_values((uint64_t) std::max<int64_t>(ne11, 1));
-    j.fd_ne12 = init_fastdiv_values((uint64_t) std::max<int64_t>(ne12, 1));
+    j.fd_ne01 = init_fastdiv_values((uint64_t) ne01);
+    j.fd_ne02 = init_fastdiv_values((uint64_t) ne02);
+    j.fd_ne11 = init_fastdiv_values((uint64_t) ne11);
+    j.fd_ne12 = init_fastdiv_values((uint64_t) ne12);
     return j;
 }
 
