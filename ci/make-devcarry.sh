@@ -19,6 +19,8 @@ cd "$TMP/tree"
 rm -rf docs models media benches tools/ui/src tools/ui/tests tools/ui/static ggml/src/ggml-{hexagon,sycl,vulkan,opencl,cann,metal,musa,openvino,webgpu,zdnn,zendnn,virtgpu,et}
 mkdir -p "$REPO/.devcarry"
 tar czf "$REPO/.devcarry/tree.tar.gz" -C "$TMP" tree
+# mini.tar.gz: gguf-py alone (~140 KB), for calls that carry prebuilt binaries (gpu-run.sh `prebuilt bench`)
+tar czf "$REPO/.devcarry/mini.tar.gz" -C "$TMP" tree/gguf-py
 rm -rf "$TMP"
 ls -la "$REPO/.devcarry/tree.tar.gz"
 if [ "$PRISTINE" = --pristine ]; then
