@@ -86,6 +86,9 @@ tl_python() {
     export PYTHONPATH=/tmp/site:$REPO/python:$TREE/gguf-py TURBO_LLAMA_DATA=$REPO PYTHONUNBUFFERED=1
 }
 
+# the text of the logits checks (pdl, ropeq, setrows, ...): this repo's own prose, in $TXT
+ppl_text() { TXT=$WORK/pdl-text.txt; cat "$REPO"/README.md "$REPO"/results/*.md > "$TXT"; }
+
 # M8: the random-weight llama8b GGUF (made once per machine by turbo-llama, cached under $WORK/cache); also sets up
 # the turbo-llama command and TURBO_LLAMA_CACHE in this shell. $1 names the phase's error log
 llama8b_model() {
@@ -300,7 +303,7 @@ fi
 switch_check() {
     local sw=$1 ph=$2 ub run v kl base spec t f
     llama8b_model $ph; [ -n "${SC_MODEL:-}" ] && M8=$SC_MODEL
-    TXT=$WORK/pdl-text.txt; cat "$REPO"/README.md "$REPO"/results/*.md > "$TXT"
+    ppl_text
     for ub in 1 512; do
         base=$WORK/$ph-base-$ub.bin
         for run in base0 again0 on1; do
@@ -345,7 +348,7 @@ if [[ " $PHASES " == *" setrows "* ]]; then
     # (the warp kernel) and =4 (4 threads): bit-exact writes give the noise floor of the logits file (the default run
     # twice) and nothing more
     llama8b_model setrows
-    TXT=$WORK/pdl-text.txt; cat "$REPO"/README.md "$REPO"/results/*.md > "$TXT"
+    ppl_text
     for t in turbo3 turbo2; do
         base=$WORK/setrows-base-$t.bin; rm -f "$base"
         for v in 0 0 1 4; do

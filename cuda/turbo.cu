@@ -536,25 +536,25 @@ static void turbo_rope_of(const ggml_tensor * rope, turbo_set_rows_job & j) {
     j.s01  = x->nb[2]/sizeof(float);   // one token's heads are contiguous (checked by the caller)
 }
 
-// the 4-threads-per-block kernel reads float4s (f32 rows whose starts and strides are 16-byte multiples) and
-// leaves a fused RoPE to the warp kernel
-static bool turbo_t4_aligned(const turbo_set_rows_job & j) {
+// the bulk kernels (2 and 4 threads per block) read float4s (f32 rows whose starts and strides are 16-byte
+// multiples) and leave a fused RoPE to the warp kernel
+static bool turbo_bulk_aligned(const turbo_set_rows_job & j) {
     const auto a16 = [](const void * p) { return ((uintptr_t) p & 15) == 0; };
     return j.nblk == 0 || (a16(j.src0) && j.s01 % 4 == 0 && j.s02 % 4 == 0 && j.s03 % 4 == 0 && (!j.off || a16(j.off)) &&
         !j.rope.pos);
 }
 
-#define TURBO_T4_MIN_BLOCKS 4096
+#define TURBO_BULK_MIN_BLOCKS 4096
 
 template <typename src_t, typename idx_t, int bits_a>
 static void turbo_set_rows_launch_b(cudaStream_t stream, const turbo_set_rows_job & a, const turbo_set_rows_job & b, const int bits_b) {
-    // writes of at least TURBO_T4_MIN_BLOCKS blocks: two threads per block (run 22); before it, 4 threads per block
+    // writes of at least TURBO_BULK_MIN_BLOCKS blocks: two threads per block (run 22); before it, 4 threads per block
     // (run 12: 4096 rows of 1024, 29.3 -> 15.4 us against the warp kernel). A decode step's few blocks keep the warp
     // kernel, whose chain per thread is the shortest. TURBO_SET_ROWS=1: always the warp kernel, 4: always the
     // 4-thread one, 2: always the 2-thread one (where the rows allow those two).
     static const int mode = ggml_cuda_turbo_env_int("TURBO_SET_ROWS", 0);
     const int64_t n = (int64_t) a.nblk + b.nblk;
-    const bool big = n >= TURBO_T4_MIN_BLOCKS;
+    const bool big = n >= TURBO_BULK_MIN_BLOCKS;
     const bool t2 = mode == 2 || (mode == 0 && big);
     const bool t4 = mode == 4;
     // the kernel for b's bit width (the same signature for both), on a grid of blocks_per CUDA blocks of `threads`
@@ -563,7 +563,7 @@ static void turbo_set_rows_launch_b(cudaStream_t stream, const turbo_set_rows_jo
         CUDA_CHECK(cudaGetLastError());
     };
     if constexpr (std::is_same_v<src_t, float>) {
-        if ((t2 || t4) && turbo_t4_aligned(a) && turbo_t4_aligned(b)) {
+        if ((t2 || t4) && turbo_bulk_aligned(a) && turbo_bulk_aligned(b)) {
             if (t2) {
                 launch(bits_b == 3 ? k_turbo_set_rows_t2<idx_t, bits_a, 3> : k_turbo_set_rows_t2<idx_t, bits_a, 2>,
                        TURBO_T2_WARPS*TURBO_T2_PER_WARP, TURBO_T2_WARPS*WARP_SIZE);

@@ -16,13 +16,18 @@ from _kv_helpers import recorded_cpu_build
 HOST_CHECK = Path(__file__).resolve().parent.parent / "cuda" / "host-check"
 
 
-@pytest.mark.parametrize("script", ["set_rows_t4_check.sh", "rope_check.sh"])
-def test_cuda_math_on_the_host(script, llama_tool):
-    build, root = recorded_cpu_build(llama_tool)
-    env = dict(os.environ, TURBO_LLAMA_SRC=str(root), TURBO_LLAMA_BUILD=str(build))
+def run_host_check(script: str, env: dict | None = None) -> str:
+    """Runs one cuda/host-check script; it must exit 0 with PASS as its last line. Returns its output."""
     out = subprocess.run(["bash", str(HOST_CHECK / script)], capture_output=True, text=True, timeout=600, env=env)
     lines = out.stdout.strip().splitlines()
     assert out.returncode == 0 and lines and lines[-1] == "PASS", out.stdout[-3000:] + out.stderr[-3000:]
+    return out.stdout
+
+
+@pytest.mark.parametrize("script", ["set_rows_t4_check.sh", "rope_check.sh"])
+def test_cuda_math_on_the_host(script, llama_tool):
+    build, root = recorded_cpu_build(llama_tool)
+    run_host_check(script, dict(os.environ, TURBO_LLAMA_SRC=str(root), TURBO_LLAMA_BUILD=str(build)))
 
 
 def test_two_thread_kv_write_on_the_host():
@@ -30,7 +35,4 @@ def test_two_thread_kv_write_on_the_host():
     integer compares): every block, special ones included (zeros, NaN, Inf, huge, signed zeros, the fused key offset,
     both store alignments), equals the C reference byte for byte, and so does the code of values at every boundary.
     Needs only g++ (the C reference is compiled in)."""
-    out = subprocess.run(["bash", str(HOST_CHECK / "set_rows_t2_check.sh")], capture_output=True, text=True, timeout=600)
-    lines = out.stdout.strip().splitlines()
-    assert out.returncode == 0 and lines and lines[-1] == "PASS", out.stdout[-3000:] + out.stderr[-3000:]
-    assert "0 of 960 blocks differ" in out.stdout
+    assert "0 of 960 blocks differ" in run_host_check("set_rows_t2_check.sh")
