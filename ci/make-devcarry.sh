@@ -2,7 +2,7 @@
 # turbo-llama: builds .devcarry/tree.tar.gz for ci/gpu-run.sh from a prepared (overlaid + patched) llama.cpp tree.
 #   ci/make-devcarry.sh <prepared tree dir or git repo> [--pristine]
 # --pristine also writes .devcarry/pristine.tar.gz: the untouched pinned tree (`git archive pristine` of a
-# prepared tree, ~38 MB), for `turbo-llama build --cuda --llama-src` on the GPU machine (gpu-run.sh tlfull, which `bg` starts).
+# prepared tree, ~38 MB), for `turbo-llama build --cuda --llama-src` on the GPU machine (`TL_BUILD=turbo-llama ci/gpu-run.sh build`).
 # Strips what a CUDA build does not need (docs, models, media, other backends, the web UI sources (its CMake
 # stays: the server build asks for it), benches) to stay far
 # below the device tool's 64 MiB per call (about 7 MB compressed at b11312).
@@ -19,7 +19,7 @@ cd "$TMP/tree"
 rm -rf docs models media benches tools/ui/src tools/ui/tests tools/ui/static ggml/src/ggml-{hexagon,sycl,vulkan,opencl,cann,metal,musa,openvino,webgpu,zdnn,zendnn,virtgpu,et}
 mkdir -p "$REPO/.devcarry"
 tar czf "$REPO/.devcarry/tree.tar.gz" -C "$TMP" tree
-# mini.tar.gz: gguf-py alone (~140 KB), for calls that carry prebuilt binaries (gpu-run.sh `prebuilt bench`)
+# mini.tar.gz: gguf-py alone (~140 KB), for calls that carry prebuilt binaries (`TL_BUILD=prebuilt ci/gpu-run.sh build bench`)
 tar czf "$REPO/.devcarry/mini.tar.gz" -C "$TMP" tree/gguf-py
 rm -rf "$TMP"
 ls -la "$REPO/.devcarry/tree.tar.gz"

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # turbo-llama: builds .devcarry/prebuilt.tar.gz (CUDA sm_90 llama-bench + llama-perplexity and their shared
-# libraries) on a machine without a GPU or cuBLAS, for `ci/gpu-run.sh prebuilt` on the H200 when the device time
+# libraries) on a machine without a GPU or cuBLAS, for `TL_BUILD=prebuilt ci/gpu-run.sh build` on the H200 when the device time
 # left is less than a CUDA build there (run 19, lease 4).
 #   ci/make-prebuilt.sh <prepared tree dir> [build dir, default /tmp/cbuild]
 #   TL_PREBUILT_TARGETS: the programs (default: llama-bench llama-perplexity; with test-backend-ops the tests are

@@ -1,5 +1,6 @@
-// turbo-llama: tensor-core flash-attention decode for turbo K and turbo V (kernel v4 and its successors up to
-// v11, DESIGN.md §2; the history is in results/cuda-fa-notes.md).
+// turbo-llama: tensor-core flash-attention decode for turbo K and turbo V (kernel v4 and its successors, DESIGN.md
+// §2). Only the loops that are a default somewhere are compiled (turbo_mma_loop); the versions that lost, and what
+// each measured, are in results/cuda-fa-notes.md.
 //
 // Why: the scalar kernel (fattn-turbo.cuh) spends ~830 shared-memory instructions per key and runs at
 // 0.23 TB/s on the cache. Here every warp walks its own keys, 16 at a time, with all query rows of the
@@ -16,12 +17,18 @@
 
 #include "fattn-turbo.cuh"
 
-#include <cooperative_groups.h>
-
 #define TURBO_MMA_WARPS 4
 #define TURBO_MMA_ROWS  8    // query rows per block: the N of the mma
 #define TURBO_MMA_KEYS  16   // keys per warp step: the M of S^T
-#define TURBO_MMA_MIN_BLOCKS 4   // variant 6, D = 128: registers capped for 4 blocks (16 warps) per SM
+#define TURBO_MMA_MIN_BLOCKS 4   // the one-tile loop at D = 128: registers for 4 blocks (16 warps) per SM
+
+// the decode loops of k_turbo_fattn_mma; the host picks one by head size, V type and length (fattn-turbo.cu)
+enum turbo_mma_loop {
+    TURBO_MMA_ONE_TILE,       // v11: one 16-key tile per warp step (D = 128 below 16K keys)
+    TURBO_MMA_TWO_TILES,      // v14: two tiles per warp step, registers for 3 blocks per SM (D = 128 from 16K keys, turbo3 V)
+    TURBO_MMA_TWO_TILES_EX2,  // v14 with the softmax's bare ex2.approx (D = 128 from 16K keys, turbo2 K and V; run 22)
+    TURBO_MMA_WARP_PAIR,      // v21: a warp pair per tile, one 128-block each (D = 256)
+};
 
 // VOL: volatile asm keeps every mma in program order (v4-v11 were tuned so). v14 (two tiles per step) needs the
 // compiler free to interleave its two tiles' independent mma chains: mma has no side effects, so plain asm is correct
@@ -73,13 +80,13 @@ template <int bits> static __device__ __forceinline__ uint32_t turbo_mma_pair(co
 // shared-memory stages, so that its loads are a few coalesced requests instead of 16-bit loads spread over 16 rows
 // (v5, v8); each lane then reads its words from shared memory. A key's NB blocks are contiguous and 2-byte aligned:
 // its bytes start at an even offset 0..14 of their first chunk, so KC chunks cover them.
-// v11 (VAR 9): staged rows of an odd number of chunks. A turbo3 row at D = 128 is 4 chunks (16 words), so rows g
+// v11: staged rows of an odd number of chunks. A turbo3 row at D = 128 is 4 chunks (16 words), so rows g
 // and g + 2 start in the same bank and the lanes of one t (8 rows) read 4-way conflicting words; 5 chunks (20 words)
 // spread the 8 rows over 8 bank offsets (ncu of v10: 61% of the shared wavefronts were conflicts; a model of one
 // step's staged reads, llama8b layout: 112 -> 36 wavefronts). turbo2 at D = 128 is already 3 chunks.
-template <int NB, int KBITS, int VBITS, int VAR>
+template <int NB, int KBITS, int VBITS, int TILES>
 struct turbo_mma_stage_cfg {
-    static constexpr int RC = VAR >= 9 ? 1 : 0;                // v11: rows rounded up to an odd number of chunks
+    static constexpr int RC = 1;                               // v11: rows rounded up to an odd number of chunks
     static constexpr int KBYTES = NB*(KBITS == 3 ? 50 : 34);   // one key's bytes of this head
     static constexpr int VBYTES = NB*(VBITS == 3 ? 50 : 34);
     static constexpr int KC = (KBYTES + 14 + 15)/16;           // 16-byte chunks per key
@@ -88,7 +95,7 @@ struct turbo_mma_stage_cfg {
     static constexpr int VW = 4*(VC | RC);
     static constexpr int ALIGN = 15;                           // a row's start offset in its staged copy: address & ALIGN
     static constexpr int WORDS = TURBO_MMA_KEYS*(KW + VW);     // one stage
-    static constexpr int TPS = VAR == 11 || VAR == 13 ? 2 : 1;  // v14: tiles per warp step
+    static constexpr int TPS = TILES;                          // tiles per warp step (v14: 2)
     static constexpr int NSTAGE = TPS == 2 ? 4 : NB == 1 ? 3 : 2;  // stages of the ring (shared memory: 48 KB static)
     static constexpr int GROUPS = NSTAGE/TPS;                  // a step's TPS stages are one cp.async group
     static_assert(TPS == 1 || NB == 1, "v14 is compiled for D = 128 only (shared memory)");
@@ -197,59 +204,8 @@ struct turbo_mma_vpair {
     }
 };
 
-// TURBO_FA_CLUSTER=1 (run 12: no gain measured): the splits of a row group as one thread-block cluster (sm_90). Each block has left its
-// warps' merged output in its shared memory (om: rows x D, unnormalised; mc/lc: row maxima in base e and sums);
-// the cluster's warps then take the (row, 128-block) pieces in turn, merge them over the blocks through distributed
-// shared memory exactly as the combine kernel merges the global partials, rotate back and write dst.
-template <int D, int NR>
-static __device__ __forceinline__ void turbo_mma_cluster_merge(const turbo_fa_params & p, float * om, float * mc, float * lc,
-        const int hk, const int rg, const int iq3, const int nr_real, const int warp, const int lane) {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-    namespace cg = cooperative_groups;
-    cg::cluster_group cl = cg::this_cluster();
-    cl.sync();   // every block's merged rows are in its shared memory
-    constexpr int NB = D / QK_TURBO;
-    const int n_split = (int) cl.num_blocks();
-    for (int task = (int) cl.block_rank()*TURBO_MMA_WARPS + warp; task < nr_real*NB; task += n_split*TURBO_MMA_WARPS) {
-        const int r = task / NB, blk = task % NB;
-        const int rho = rg*NR + r;
-        const int j = rho / p.gqa, h = hk*p.gqa + rho % p.gqa;
-        auto meta = [&](const int s) { return make_float2(cl.map_shared_rank(mc, s)[r], cl.map_shared_rank(lc, s)[r]); };
-        auto acc  = [&](const int s) { return cl.map_shared_rank(om, s) + r*D + blk*QK_TURBO + lane; };
-        float v[4];
-        turbo_fattn_merge_splits<4>(meta, acc, n_split, 32, p.sinks, h, v);
-        turbo_fattn_store_block<true>(p.dst + (((int64_t) iq3*p.n_q + j)*p.n_head + h)*D + blk*QK_TURBO, v, lane);
-    }
-    cl.sync();   // no block leaves while the others may still read its shared memory
-#else
-    GGML_UNUSED(p); GGML_UNUSED(om); GGML_UNUSED(mc); GGML_UNUSED(lc); GGML_UNUSED(hk); GGML_UNUSED(rg);
-    GGML_UNUSED(iq3); GGML_UNUSED(nr_real); GGML_UNUSED(warp); GGML_UNUSED(lane);
-    NO_DEVICE_CODE;
-#endif
-}
-
-// VAR (TURBO_FA_MMA): 8 = v8/v10, 16-byte chunk staging and index bytes (turbo_mma_idx4): ncu on v5 had shown the
-// loop bound by instruction issue (~1140 warp instructions per 16-key step, a quarter of them computing 4-byte
-// copies' addresses, half cutting table indexes); 9 = v11, staged rows of an odd number of chunks (the default);
-// 12 = v11 merging its splits in a thread-block cluster; 13 = v14, v11 with two 16-key tiles per warp step (both
-// tiles' scores as independent chains, one softmax update for their 32 keys, then both P.V) and registers for 3
-// blocks per SM, D = 128 only (the default for turbo3 V from 16K keys up, fattn-turbo.cu); 11 = v18, v14 at 4 blocks
-// per SM with q's fragments in shared memory (the default for turbo2 from 16K keys); 24 = v21, D = 256 only: the two
-// 128-blocks of a row split over a warp pair (see PAIR below; the default for D = 256 since run 20). Earlier
-// variants (v4-v7, v12, v14 at 4 blocks per SM with q in registers, v15-v17, v19, v20) and their measurements are in
-// results/cuda-fa-notes.md.
-// VAR 30..41, 44 (TURBO_FA_MMA=30..41, 44; D = 128, turbo3 K and V): v14 (13) with one stage of the loop left out, to time
-// what each stage costs (run 21). Their results are wrong by design; the control flow, the staging and the loads of
-// the codes are v14's. ABL = VAR - 30: 0 nothing left out (v14 itself, the control); 1 no K decode (each tile's
-// staged code words, masked to small finite f16, are the A fragments of all 8 S products: no index bytes, no table
-// loads); 2 no V decode (the same for V); 3 neither decode; 4 no tensor-core products (the decoded fragments are
-// folded into one word by XOR instead); 5 neither decodes nor products (the scores come from the folded words; the
-// staging, the code and mask loads, the online softmax and the epilogue stay). 36..41: the stages of the rest, left
-// out of 30 (36 the mask loads, 37 the waits for the copies, 38 the online softmax: P = S) and of 35 (39, 40, 41);
-// 44: 30 without q's prologue (no q loads, RoPE, scaling, FWHT or fragment loads: q is zeros, its fragments 1.0).
-// VAR 42 / 43 (prepared after run 21, not measured yet): v14 (13) / v11 (9) with the softmax's exponentials as the bare
-// ex2.approx.ftz (results below 2^-126 flush to 0, as they do anyway once P is rounded to f16). v17 (run 14) measured
-// no gain from it, but on loops whose steps then started by waiting for the mask loads (v22 removed that wait)
+// the softmax's exponentials: exp2f, or (TURBO_MMA_TWO_TILES_EX2) the bare ex2.approx.ftz (results below 2^-126 flush
+// to 0, as they do anyway once P is rounded to f16): run 22, turbo2's op 27.2 -> 25.6 us at 32K; for turbo3 the same
 template <bool FAST> static __device__ __forceinline__ float turbo_mma_exp2(const float x) {
     if (!FAST) {
         return exp2f(x);
@@ -259,24 +215,17 @@ template <bool FAST> static __device__ __forceinline__ float turbo_mma_exp2(cons
     return y;
 }
 
-// what a variant number switches on or off (the timing variants and 42/43 on top of another variant's loop)
-template <int VAR> struct turbo_mma_variant {
-    static constexpr bool TIMING = (VAR >= 30 && VAR <= 41) || VAR == 44;
-    static constexpr int ABL = TIMING ? VAR - 30 : 0;                  // the stage left out, see above
-    static constexpr bool SKEL = ABL == 5 || (ABL >= 9 && ABL <= 11);  // neither decodes nor products
-    static constexpr bool DEC_K = ABL != 1 && ABL != 3 && !SKEL;       // the K decode runs
-    static constexpr bool DEC_V = ABL != 2 && ABL != 3 && !SKEL;       // the V decode runs
-    static constexpr bool MMA = ABL != 4 && !SKEL;                     // the tensor-core products run
-    static constexpr bool NO_MASK = ABL == 6 || ABL == 9;              // no mask loads
-    static constexpr bool NO_WAIT = ABL == 7 || ABL == 10;             // no waits for the copies (reads race them)
-    static constexpr bool NO_SOFTMAX = ABL == 8 || ABL == 11;          // P = S, no maxima, exponentials or rescale
-    static constexpr bool NO_QPRO = ABL == 14;                         // no q prologue
-    static constexpr bool FAST_EXP = VAR == 42 || VAR == 43;           // bare ex2.approx in the softmax
-    static constexpr int BASE = TIMING || VAR == 42 ? 13 : VAR == 43 ? 9 : VAR;   // the variant whose loop it is
+// what a loop is made of
+template <int LOOP> struct turbo_mma_loop_traits {
+    static constexpr bool PAIR = LOOP == TURBO_MMA_WARP_PAIR;
+    static constexpr int TPS = LOOP == TURBO_MMA_TWO_TILES || LOOP == TURBO_MMA_TWO_TILES_EX2 ? 2 : 1;   // tiles per step
+    static constexpr bool FAST_EXP = LOOP == TURBO_MMA_TWO_TILES_EX2;
+    // resident blocks per SM the registers are fitted for (v14 at 4 spilled; v21 at 4 spilled in the loop)
+    static constexpr int MIN_BLOCKS = TPS == 2 || PAIR ? 3 : TURBO_MMA_MIN_BLOCKS;
 };
 
-template <int D, ggml_type type_K, ggml_type type_V, int VAR>
-__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, D == 128 ? (turbo_mma_variant<VAR>::BASE == 13 ? 3 : TURBO_MMA_MIN_BLOCKS) : VAR == 24 ? 3 : 1)
+template <int D, ggml_type type_K, ggml_type type_V, int LOOP>
+__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, turbo_mma_loop_traits<LOOP>::MIN_BLOCKS)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #ifndef AMPERE_MMA_AVAILABLE
     GGML_UNUSED(p);
@@ -289,28 +238,19 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     constexpr int QS = D + 4;
     constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
-    // v21 (24, D = 256): the warps of a pair walk the same tiles, each with one of the two 128-blocks of every K and V
+    // v21 (TURBO_MMA_WARP_PAIR, D = 256): the warps of a pair walk the same tiles, each with one of the two 128-blocks of every K and V
     // row (its own staging, q fragments, decode and mma: the D = 128 loop), and they add their halves of each tile's
     // scores through shared memory (one pair barrier per tile) before both run the same softmax. The other D = 256
     // variants keep both blocks in every warp: 246 registers, one block (4 warps) per SM, and at depth 0 one warp's
     // chain of both blocks per tile; here registers for 3 blocks per SM (at 4, 128 registers, the loop spilled), and
     // half the chain
-    constexpr bool PAIR = VAR == 24;
+    typedef turbo_mma_loop_traits<LOOP> lt;
+    constexpr bool PAIR = lt::PAIR;
     static_assert(!PAIR || NB == 2, "v21 is compiled for D = 256 only");
     constexpr int NBL = PAIR ? 1 : NB;                                // 128-blocks of a row in each warp's loop
     constexpr int NL  = PAIR ? NW/2 : NW;                             // warps (pairs) that walk tiles
-    typedef turbo_mma_variant<VAR> vt;
-    typedef turbo_mma_stage_cfg<NBL, KBITS, VBITS, vt::BASE> cfg;
+    typedef turbo_mma_stage_cfg<NBL, KBITS, VBITS, lt::TPS> cfg;
     constexpr int TPS = cfg::TPS;
-    static_assert(!vt::TIMING || (D == 128 && KBITS == 3 && VBITS == 3), "the timing variants are compiled for turbo3/turbo3, D = 128");
-    constexpr uint32_t SMALL = 0x3bff3bffu;   // clears the top exponent bit of both halves: finite, below 1
-    uint32_t sink = 0;                         // what the timing variants fold their left-out stage's inputs into
-    // v18 (11): v14 at 4 blocks per SM without spills: q's B fragments are read from shared memory at each use
-    // instead of held in 16 registers (v14 with them in registers spilled 36-40 bytes at 4 blocks, run 14)
-    constexpr bool QSH = VAR == 11;
-    // VAR 12 = v11 with the splits merged in a thread-block cluster (see turbo_mma_cluster_merge). A variant of its
-    // own: the merge code in every kernel costs the loop ~125 more instructions per step (registers), static count
-    constexpr bool CLUSTER = VAR == 12;
     constexpr int RING = NW*cfg::NSTAGE*cfg::WORDS;                   // staging ring, words
     constexpr int OSZ  = NL*NR*D;                                     // the warps' outputs (epilogue), floats
     __shared__ float    q_sh[NR*QS];
@@ -319,7 +259,6 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     __shared__ float    Ms[NL*NR], Ls[NL*NR];
     __shared__ float4   xs_s[PAIR ? NL*2*2*WARP_SIZE : 1];           // v21: each warp's half of a tile's scores,
     __shared__ float2   xs_n[PAIR ? NL*2*2*WARP_SIZE : 1];           // and its K norms, two slots per pair
-    __shared__ float    Mc[NR], Lc[NR];                           // cluster merge: this block's row maxima and sums
     __shared__ uint32_t ring_os[RING > OSZ ? RING : OSZ];             // the ring is dead when the outputs are written
     float * Os = (float *) ring_os;
 
@@ -328,11 +267,10 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     const int warp = tid / WARP_SIZE;
     const int g = lane >> 2, t = lane & 3;
 
-    // grid: (split, KV head x row group) or, with heads_first, (KV head x row group, split): then the blocks
-    // that read the same cache rows for different heads are launched together
-    const int split = p.heads_first ? blockIdx.y : blockIdx.x;
-    const int hy    = p.heads_first ? blockIdx.x : blockIdx.y;
-    const int n_hy  = p.heads_first ? gridDim.x : gridDim.y;
+    // grid: (split, KV head x row group, dim 3)
+    const int split = blockIdx.x;
+    const int hy    = blockIdx.y;
+    const int n_hy  = gridDim.y;
     const int hk    = hy / p.nrg;
     const int rg    = hy % p.nrg;
     const int iq3   = blockIdx.z;
@@ -363,10 +301,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         ksrc.copy(st, Kb, p.nb11, t1, p.n_kv, lane);
         vsrc.copy(st + TURBO_MMA_KEYS*cfg::KW, Vb, p.nb21, t1, p.n_kv, lane);
     };
-    // TURBO_PDL: everything above reads no memory that the kernels before write; the K/V write of this step is one.
-    // The merge kernel may launch now, as upstream's kernels let theirs (its blocks wait in ggml_cuda_pdl_sync, which
-    // returns once this whole grid has finished and its writes are visible): its launch then overlaps this kernel
-    // instead of following it (before run 18 the trigger came after the key loop)
+    // under PDL: everything above reads no memory that the kernels before write; the K/V write of this step is one.
+    // A kernel launched with PDL after this one may start now, as upstream's kernels let theirs (it waits in
+    // ggml_cuda_pdl_sync, which returns once this whole grid has finished and its writes are visible)
     ggml_cuda_pdl_lc();
     ggml_cuda_pdl_sync();
     // the first stages' K/V copies go out before the Q prologue, so that their latency overlaps it (short
@@ -389,10 +326,6 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     const float qscale = p.scale*LOG2E;
     constexpr int QT = NR*NB/NW;   // q blocks per warp
     float qv[QT][4];
-    // a fused neox RoPE of a 256-wide head (TURBO_ROPE_NEOX_WIDE=1) pairs each value with the one 128 further on or
-    // back, in the row's other block: those are loaded too (the same lane and slot)
-    const bool neox_wide = NB == 2 && p.rope.pos && p.rope.neox;
-    float qn[QT][4];
 #pragma unroll
     for (int i = 0; i < QT; ++i) {
         const int task = warp + i*NW;
@@ -403,20 +336,13 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         const float * qrow = (const float *) (p.Q + iq3*p.nb03 + h*p.nb02 + j*p.nb01) + blk*QK_TURBO;
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            qv[i][k] = ok && !vt::NO_QPRO ? qrow[lane + 32*k] : 0.0f;
-        }
-        if (neox_wide) {
-            const float * qo = qrow + (blk == 0 ? QK_TURBO : -QK_TURBO);
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                qn[i][k] = ok ? qo[lane + 32*k] : 0.0f;
-            }
+            qv[i][k] = ok ? qrow[lane + 32*k] : 0.0f;
         }
     }
     // Q's RoPE deferred into this kernel (patch 0021): q comes from the ROPE's input. rope_once (one token, NB = 1):
     // every row has the same position, so the lane's cos and sin are computed once, while the q loads are in flight
     float rc[4], rs[4];
-    if (NB == 1 && p.rope_once && !vt::NO_QPRO) {
+    if (NB == 1 && p.rope_once) {
         turbo_rope_block_cs(p.rope, 0, p.rope.pos[0], lane, rc, rs);
     }
 #pragma unroll
@@ -425,12 +351,11 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         const int r = task / NB, blk = task % NB;
         const int rho = rg*NR + r;
         // a pad row (a GQA group of 4 fills half of the 8) is zeros, loaded as such: no RoPE, no FWHT (warp-uniform)
-        if (rho < R && !vt::NO_QPRO) {
+        if (rho < R) {
             if (NB == 1 && p.rope_once) {
                 turbo_rope_apply(p.rope, qv[i], 0, rc, rs, lane);
             } else if (p.rope.pos) {
-                turbo_rope_block(p.rope, qv[i], blk*QK_TURBO, p.rope.pos[rho / p.gqa], lane,
-                                 neox_wide ? qn[i] : nullptr);
+                turbo_rope_block(p.rope, qv[i], blk*QK_TURBO, p.rope.pos[rho / p.gqa], lane);
             }
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
@@ -450,37 +375,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #pragma unroll
     for (int c = 0; c < NBL*8; ++c) {
         const float * qr = q_sh + g*QS + (PAIR ? bw : c >> 3)*QK_TURBO + 32*t + 4*(c & 7);
-        if (vt::NO_QPRO) {
-            qb[c][0] = qb[c][1] = 0x3c003c00u;   // timing variant 44: 1.0 halves, no loads
-            continue;
-        }
         qb[c][0] = turbo_h2_bits(qr[0]*TURBO_CUDA_INV_SQRT_QK, qr[1]*TURBO_CUDA_INV_SQRT_QK);
         qb[c][1] = turbo_h2_bits(qr[2]*TURBO_CUDA_INV_SQRT_QK, qr[3]*TURBO_CUDA_INV_SQRT_QK);
     }
-    // v18: the fragments (the same in every warp) replace q in q_sh: chunk c of lane l at uint2 c*32 + l
-    const uint32_t qfrag_sh = (uint32_t) __cvta_generic_to_shared(q_sh) + 8*lane;
-    if (QSH) {
-        static_assert(!QSH || NBL*8*WARP_SIZE*2 <= NR*QS, "q fragments do not fit in q_sh");
-        __syncthreads();   // every warp has read q_sh
-        if (warp == 0) {
-#pragma unroll
-            for (int c = 0; c < NBL*8; ++c) {
-                ((uint2 *) q_sh)[c*WARP_SIZE + lane] = make_uint2(qb[c][0], qb[c][1]);
-            }
-        }
-        __syncthreads();
-    }
-    // B fragment pair of chunk c: from registers, or (v18) a shared load at this point of the loop (volatile: not
-    // hoisted out of it, which would bring the 16 registers back)
-    auto qfrag = [&](const int c, uint32_t & b0, uint32_t & b1) {
-        if (QSH) {
-            asm volatile("ld.shared.v2.u32 {%0, %1}, [%2];" : "=r"(b0), "=r"(b1) : "r"(qfrag_sh + c*WARP_SIZE*8));
-        } else {
-            b0 = qb[c][0];
-            b1 = qb[c][1];
-        }
-    };
-
     // rows of this lane in S^T and O^T: 2t, 2t+1
     float slope[2];
     const half * mrow[2];
@@ -531,7 +428,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // n_kv reads the last key's value, which its -inf score then ignores
     auto tile_mask = [&](const int k0, uint32_t (&mv)[4]) {
         mv[0] = mv[1] = mv[2] = mv[3] = 0u;
-        if (maskb && !vt::NO_MASK) {
+        if (maskb) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
                 const int key = min(k0 + g + 8*(e >> 1), p.n_kv - 1);
@@ -556,48 +453,24 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 hi[i]  = KBITS == 3 ? turbo_sh_u32(kr, ksh[i] + b*KBS + 34 + 4*t) : 0u;
             }
             float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            if (!vt::DEC_K) {
-                // timing variants: the staged words as the A fragments, no index bytes and no table loads
-                uint32_t a[4] = {(lo0[0] ^ hi[0]) & SMALL, (lo0[1] ^ hi[1]) & SMALL, lo1[0] & SMALL, lo1[1] & SMALL};
-                if (vt::SKEL) {
-                    sink ^= a[0] ^ a[1] ^ a[2] ^ a[3];
-                } else {
+            // per key: index words of pairs 0,2,4,6 | 1,3,5,7 (lo0) and 8,10,12,14 | 9,11,13,15 (lo1)
+            uint32_t ix[2][4];
 #pragma unroll
-                    for (int cc = 0; cc < 8; ++cc) {
-                        uint32_t b0, b1;
-                        qfrag(8*b + cc, b0, b1);
-                        turbo_mma_16816<TPS == 1>(sb, a, b0, b1);
-                    }
-                }
-            } else {
-                // per key: index words of pairs 0,2,4,6 | 1,3,5,7 (lo0) and 8,10,12,14 | 9,11,13,15 (lo1)
-                uint32_t ix[2][4];
-#pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    ix[i][0] = turbo_mma_idx4<KBITS, 0>(lo0[i], hi[i], 0x1100);
-                    ix[i][1] = turbo_mma_idx4<KBITS, 1>(lo0[i], hi[i], 0x1100);
-                    ix[i][2] = turbo_mma_idx4<KBITS, 0>(lo1[i], hi[i], 0x3322);
-                    ix[i][3] = turbo_mma_idx4<KBITS, 1>(lo1[i], hi[i], 0x3322);
-                }
-#pragma unroll
-                for (int cc = 0; cc < 8; ++cc) {
-                    const int w = (cc >> 2)*2, n = 2*(cc & 3);   // pair 2cc is nibble n of lo0/lo1
-                    uint32_t a[4];
-                    a[0] = turbo_mma_pick(pairK_sh, ix[0][w],     n);
-                    a[1] = turbo_mma_pick(pairK_sh, ix[1][w],     n);
-                    a[2] = turbo_mma_pick(pairK_sh, ix[0][w + 1], n + 1);
-                    a[3] = turbo_mma_pick(pairK_sh, ix[1][w + 1], n + 1);
-                    uint32_t b0, b1;
-                    qfrag(8*b + cc, b0, b1);
-                    if (vt::MMA) {
-                        turbo_mma_16816<TPS == 1>(sb, a, b0, b1);
-                    } else {
-                        sink ^= a[0] ^ a[1] ^ a[2] ^ a[3];
-                    }
-                }
+            for (int i = 0; i < 2; ++i) {
+                ix[i][0] = turbo_mma_idx4<KBITS, 0>(lo0[i], hi[i], 0x1100);
+                ix[i][1] = turbo_mma_idx4<KBITS, 1>(lo0[i], hi[i], 0x1100);
+                ix[i][2] = turbo_mma_idx4<KBITS, 0>(lo1[i], hi[i], 0x3322);
+                ix[i][3] = turbo_mma_idx4<KBITS, 1>(lo1[i], hi[i], 0x3322);
             }
-            if (!vt::MMA) {
-                sb[0] = sb[1] = sb[2] = sb[3] = __uint_as_float(sink & SMALL);
+#pragma unroll
+            for (int cc = 0; cc < 8; ++cc) {
+                const int w = (cc >> 2)*2, n = 2*(cc & 3);   // pair 2cc is nibble n of lo0/lo1
+                uint32_t a[4];
+                a[0] = turbo_mma_pick(pairK_sh, ix[0][w],     n);
+                a[1] = turbo_mma_pick(pairK_sh, ix[1][w],     n);
+                a[2] = turbo_mma_pick(pairK_sh, ix[0][w + 1], n + 1);
+                a[3] = turbo_mma_pick(pairK_sh, ix[1][w + 1], n + 1);
+                turbo_mma_16816<TPS == 1>(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
             }
             const float n0 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + g*cfg::KW, ksh[0] + b*KBS)));
             const float n1 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + (g + 8)*cfg::KW, ksh[1] + b*KBS)));
@@ -651,23 +524,6 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                     w[i] = turbo_sh_u32(vr, vsh4[i] + b*VBS + 2 + 4*g);
                     h[i] = VBITS == 3 ? turbo_sh_u16(vr, vsh4[i] + b*VBS + 34 + 2*g) : 0u;
                 }
-                if (!vt::DEC_V) {
-                    // timing variants: the staged words as the A fragments of all 8 O products
-                    uint32_t a[4];
-#pragma unroll
-                    for (int r = 0; r < 4; ++r) {
-                        a[r] = (w[r] ^ h[r]) & SMALL;
-                    }
-                    if (vt::SKEL) {
-                        sink ^= a[0] ^ a[1] ^ a[2] ^ a[3] ^ pb0 ^ pb1;
-                    } else {
-#pragma unroll
-                        for (int jj = 0; jj < 8; ++jj) {
-                            turbo_mma_16816<TPS == 1>(o[8*b + jj], a, pb0, pb1);
-                        }
-                    }
-                    continue;
-                }
                 v01.make(w[0], w[1], h[0], h[1]);
                 v89.make(w[2], w[3], h[2], h[3]);
             }
@@ -686,11 +542,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 for (int r = 0; r < 4; ++r) {
                     a[r] = turbo_mma_pick(pairV_sh, vx[r][jj & 1], jj);
                 }
-                if (vt::MMA) {
-                    turbo_mma_16816<TPS == 1>(o[8*b + jj], a, pb0, pb1);
-                } else {
-                    sink ^= a[0] ^ a[1] ^ a[2] ^ a[3];
-                }
+                turbo_mma_16816<TPS == 1>(o[8*b + jj], a, pb0, pb1);
             }
         }
     };
@@ -708,9 +560,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             }
         }
         turbo_cp_async_commit();
-        if (!vt::NO_WAIT) {
-            turbo_cp_async_wait<cfg::GROUPS - 1>();
-        }
+        turbo_cp_async_wait<cfg::GROUPS - 1>();
         __syncwarp();   // the other lanes' copies of this step's stages are visible
         if (NBL != 1) {
             staged_offsets(tt*TURBO_MMA_KEYS);   // NBL != 1 only with TPS = 1
@@ -737,7 +587,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         // ---- online softmax over the step's keys (lanes of equal t share a row)
         float alpha[2] = {1.0f, 1.0f};
 #pragma unroll
-        for (int i = 0; i < 2 && !vt::NO_SOFTMAX; ++i) {
+        for (int i = 0; i < 2; ++i) {
             float mx = fmaxf(s[0][i], s[0][i + 2]);
 #pragma unroll
             for (int u = 1; u < TPS; ++u) {
@@ -747,7 +597,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 8));
             mx = fmaxf(mx, __shfl_xor_sync(0xffffffff, mx, 16));
             const float M_new = fmaxf(M[i], mx);
-            alpha[i] = M_new == -INFINITY ? 1.0f : turbo_mma_exp2<vt::FAST_EXP>(M[i] - M_new);
+            alpha[i] = M_new == -INFINITY ? 1.0f : turbo_mma_exp2<lt::FAST_EXP>(M[i] - M_new);
             M[i] = M_new;
         }
         float pr[TPS][4];
@@ -755,7 +605,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         for (int u = 0; u < TPS; ++u) {
 #pragma unroll
             for (int e = 0; e < 4; ++e) {
-                pr[u][e] = vt::NO_SOFTMAX ? s[u][e] : M[e & 1] == -INFINITY ? 0.0f : turbo_mma_exp2<vt::FAST_EXP>(s[u][e] - M[e & 1]);
+                pr[u][e] = M[e & 1] == -INFINITY ? 0.0f : turbo_mma_exp2<lt::FAST_EXP>(s[u][e] - M[e & 1]);
             }
         }
         L[0] = L[0]*alpha[0] + pr[0][0] + pr[0][2];
@@ -781,39 +631,6 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
     }
     turbo_cp_async_wait<0>();
-    if (vt::ABL != 0) {
-        o[0][0] += __uint_as_float(sink & SMALL);   // keeps the timing variants' folded stages alive
-    }
-    if (!CLUSTER && !PAIR && p.warp_partials) {
-        // TURBO_FA_WARP_PARTIALS=1 (prepared after run 15; run 16: no gain at depth 0): no block barrier and no merge
-        // of the warps through shared memory on the way out (at depth 0 the epilogue is part of every decode step's
-        // chain); each warp stores its rows as a split of its own, the combine kernel merges 4x as many splits
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            L[i] += __shfl_xor_sync(0xffffffff, L[i], 4);
-            L[i] += __shfl_xor_sync(0xffffffff, L[i], 8);
-            L[i] += __shfl_xor_sync(0xffffffff, L[i], 16);
-        }
-        const int64_t wslot = ((((int64_t) (iq3*n_hy + hy))*p.n_split + split)*NW + warp)*NR;
-        const int nr_real = min(NR, R - rg*NR);
-#pragma unroll
-        for (int i = 0; i < 2; ++i) {
-            const int r = 2*t + i;   // lanes of equal t hold row r's values at dims 16g + 2jj, +1
-            if (r >= nr_real) {
-                continue;
-            }
-            if (g == 0) {
-                p.part_meta[wslot + r] = make_float2(M[i] == -INFINITY ? -INFINITY : M[i]*LN2, L[i]);
-            }
-            float * orow = p.part_acc + (wslot + r)*D;
-#pragma unroll
-            for (int j = 0; j < NBL*8; ++j) {
-                const int d = (j >> 3)*QK_TURBO + 16*g + 2*(j & 7);
-                *(float2 *) (orow + d) = i == 0 ? make_float2(o[j][0], o[j][2]) : make_float2(o[j][1], o[j][3]);
-            }
-        }
-        return;
-    }
     __syncthreads();   // the ring becomes the output buffer
 
     // ---- merge the warps of the block, write this split's partial result (max in base e)
@@ -856,88 +673,50 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 sum += Ls[w*NR + r]*f;
             }
         }
-        if (CLUSTER) {
-            Os[r*D + d] = acc;   // warp 0's slot of (r, d), read above by this thread only
-            if (d == 0) {
-                Mc[r] = mx == -INFINITY ? -INFINITY : mx*LN2;
-                Lc[r] = sum;
-            }
-        } else {
-            p.part_acc[(slot*NR + r)*D + d] = acc;
-            if (d == 0) {
-                p.part_meta[slot*NR + r] = make_float2(mx == -INFINITY ? -INFINITY : mx*LN2, sum);
-            }
+        p.part_acc[(slot*NR + r)*D + d] = acc;
+        if (d == 0) {
+            p.part_meta[slot*NR + r] = make_float2(mx == -INFINITY ? -INFINITY : mx*LN2, sum);
         }
-    }
-    if (CLUSTER) {
-        turbo_mma_cluster_merge<D, NR>(p, Os, Mc, Lc, hk, rg, iq3, nr_real, warp, lane);
     }
 #endif // AMPERE_MMA_AVAILABLE
 }
 
-// launches k_turbo_fattn_mma (variant var, see the kernel) for one K type (instances in fattn-turbo-kturbo3.cu / -kturbo2.cu)
+// the kernels compiled for each K type (instances in fattn-turbo-kturbo3.cu / -kturbo2.cu), as turbo_fattn_mma_loop
+// (fattn-turbo.cu) picks them: at D = 128 the one-tile loop for every turbo V, from 16K keys the two-tile loop for
+// turbo3 V and (turbo2 K only) its ex2 form for turbo2 V; at D = 256 the warp pair
 #define TURBO_MMA_FOR_EACH(X) \
-    X(128, GGML_TYPE_TURBO3, 8) X(128, GGML_TYPE_TURBO2, 8) X(256, GGML_TYPE_TURBO3, 8) X(256, GGML_TYPE_TURBO2, 8) \
-    X(128, GGML_TYPE_TURBO3, 9) X(128, GGML_TYPE_TURBO2, 9) X(256, GGML_TYPE_TURBO3, 9) X(256, GGML_TYPE_TURBO2, 9) \
-    X(128, GGML_TYPE_TURBO3, 12) X(128, GGML_TYPE_TURBO2, 12) X(256, GGML_TYPE_TURBO3, 12) X(256, GGML_TYPE_TURBO2, 12) \
-    X(128, GGML_TYPE_TURBO3, 13) X(128, GGML_TYPE_TURBO2, 13) X(128, GGML_TYPE_TURBO3, 11) X(128, GGML_TYPE_TURBO2, 11) \
-    X(256, GGML_TYPE_TURBO3, 24) X(256, GGML_TYPE_TURBO2, 24) \
-    X(128, GGML_TYPE_TURBO3, 42) X(128, GGML_TYPE_TURBO2, 42) X(128, GGML_TYPE_TURBO3, 43) X(128, GGML_TYPE_TURBO2, 43)
-// the timing variants (turbo3 K and V only; the callers' `if constexpr` drops them for turbo2 K)
-#define TURBO_MMA_FOR_EACH_ABLATE(X) \
-    X(128, GGML_TYPE_TURBO3, 30) X(128, GGML_TYPE_TURBO3, 31) X(128, GGML_TYPE_TURBO3, 32) \
-    X(128, GGML_TYPE_TURBO3, 33) X(128, GGML_TYPE_TURBO3, 34) X(128, GGML_TYPE_TURBO3, 35) \
-    X(128, GGML_TYPE_TURBO3, 36) X(128, GGML_TYPE_TURBO3, 37) X(128, GGML_TYPE_TURBO3, 38) \
-    X(128, GGML_TYPE_TURBO3, 39) X(128, GGML_TYPE_TURBO3, 40) X(128, GGML_TYPE_TURBO3, 41) X(128, GGML_TYPE_TURBO3, 44)
-
-// a plain launch, or (p.cluster) one cluster of p.n_split blocks per row group (grid.x = n_split)
-static void turbo_mma_launch_one(void (*kernel)(const turbo_fa_params), cudaStream_t stream, const turbo_fa_params & p,
-        const dim3 grid) {
-    if (!p.cluster) {
-        ggml_cuda_turbo_launch(kernel, grid, dim3(TURBO_MMA_WARPS*WARP_SIZE), stream, p);
-        return;
-    }
-    cudaLaunchConfig_t cfg = {};
-    cfg.gridDim  = grid;
-    cfg.blockDim = dim3(TURBO_MMA_WARPS*WARP_SIZE);
-    cfg.stream   = stream;
-    cudaLaunchAttribute attr[1];
-    attr[0].id = cudaLaunchAttributeClusterDimension;
-    attr[0].val.clusterDim.x = (unsigned) p.n_split;
-    attr[0].val.clusterDim.y = 1;
-    attr[0].val.clusterDim.z = 1;
-    cfg.attrs    = attr;
-    cfg.numAttrs = 1;
-    CUDA_CHECK(cudaLaunchKernelEx(&cfg, kernel, p));
-}
+    X(128, GGML_TYPE_TURBO3, TURBO_MMA_ONE_TILE) X(128, GGML_TYPE_TURBO2, TURBO_MMA_ONE_TILE) \
+    X(128, GGML_TYPE_TURBO3, TURBO_MMA_TWO_TILES) \
+    X(256, GGML_TYPE_TURBO3, TURBO_MMA_WARP_PAIR) X(256, GGML_TYPE_TURBO2, TURBO_MMA_WARP_PAIR)
+#define TURBO_MMA_FOR_EACH_K_TURBO2(X) X(128, GGML_TYPE_TURBO2, TURBO_MMA_TWO_TILES_EX2)
 
 template <ggml_type type_K>
-void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const ggml_type type_V, const int var,
+void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const ggml_type type_V, const turbo_mma_loop loop,
         const turbo_fa_params & p, const dim3 grid) {
-#define TURBO_MMA_CASE(DD, TYPE_V, VV)                                                                     \
-    if (D == DD && type_V == TYPE_V && var == VV) {                                                        \
-        turbo_mma_launch_one(k_turbo_fattn_mma<DD, type_K, TYPE_V, VV>, stream, p, grid);                 \
-        return;                                                                                            \
+#define TURBO_MMA_CASE(DD, TYPE_V, LL)                                                                                  \
+    if (D == DD && type_V == TYPE_V && loop == LL) {                                                                   \
+        ggml_cuda_turbo_launch(k_turbo_fattn_mma<DD, type_K, TYPE_V, LL>, grid, dim3(TURBO_MMA_WARPS*WARP_SIZE), stream, p); \
+        return;                                                                                                         \
     }
     TURBO_MMA_FOR_EACH(TURBO_MMA_CASE)
-    if constexpr (type_K == GGML_TYPE_TURBO3) {
-        TURBO_MMA_FOR_EACH_ABLATE(TURBO_MMA_CASE)
+    if constexpr (type_K == GGML_TYPE_TURBO2) {
+        TURBO_MMA_FOR_EACH_K_TURBO2(TURBO_MMA_CASE)
     }
 #undef TURBO_MMA_CASE
-    GGML_ABORT("turbo flash attention (mma): K/V pair, head size or variant not compiled");
+    GGML_ABORT("turbo flash attention (mma): K/V pair, head size or loop not compiled");
 }
 
-// resident blocks per SM of the kernel, asked once from the runtime (the split count aims at whole waves)
+// resident blocks per SM of the kernel, asked once from the runtime (the split count aims at one whole wave)
 template <ggml_type type_K>
-int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const int var) {
-    static int cache[2][2][37] = {};   // var 8 .. 44
-    int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][var - 8];
+int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const turbo_mma_loop loop) {
+    static int cache[2][2][4] = {};   // [D == 256][V turbo2][loop]
+    int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][loop];
     if (n == 0) {
         const void * fn = nullptr;
-#define TURBO_MMA_FN(DD, TYPE_V, VV) if (D == DD && type_V == TYPE_V && var == VV) fn = (const void *) k_turbo_fattn_mma<DD, type_K, TYPE_V, VV>;
+#define TURBO_MMA_FN(DD, TYPE_V, LL) if (D == DD && type_V == TYPE_V && loop == LL) fn = (const void *) k_turbo_fattn_mma<DD, type_K, TYPE_V, LL>;
         TURBO_MMA_FOR_EACH(TURBO_MMA_FN)
-        if constexpr (type_K == GGML_TYPE_TURBO3) {
-            TURBO_MMA_FOR_EACH_ABLATE(TURBO_MMA_FN)
+        if constexpr (type_K == GGML_TYPE_TURBO2) {
+            TURBO_MMA_FOR_EACH_K_TURBO2(TURBO_MMA_FN)
         }
 #undef TURBO_MMA_FN
         GGML_ASSERT(fn);
@@ -947,7 +726,7 @@ int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, con
     return n;
 }
 
-extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3>(cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);
-extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2>(cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);
-extern template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3>(int, ggml_type, int);
-extern template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(int, ggml_type, int);
+extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3>(cudaStream_t, int, ggml_type, turbo_mma_loop, const turbo_fa_params &, dim3);
+extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2>(cudaStream_t, int, ggml_type, turbo_mma_loop, const turbo_fa_params &, dim3);
+extern template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3>(int, ggml_type, turbo_mma_loop);
+extern template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(int, ggml_type, turbo_mma_loop);

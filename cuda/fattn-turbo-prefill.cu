@@ -6,7 +6,7 @@
 // rotation, q.k = (R q).(R k) and sum p v = R^-1 sum p (R v). So here K and V are decoded to f16 in the
 // rotated domain (norm x centroid, no transform), q is rotated once (a few rows), upstream's kernel runs on
 // f16 K/V, and the output rows are rotated back once.
-// On by default since run 9 (TURBO_FA_PREFILL=0: the generic conversion): with one warp per block in the
+// The prefill path since run 9 (the generic conversion serves what this does not): with one warp per block in the
 // decode below, a 512-query ubatch over 32K turbo3 keys costs 122 us per layer on top of the attention instead
 // of 180 (pp512 @32K 0.960x f16 against 0.910x on the H200, results/gpu.md run 9); with 8 blocks per warp
 // (run 15) the K or V decode takes 27 us instead of 54 and the op 1124.9 us instead of 1166.8 (f16: 997). Run
@@ -15,7 +15,6 @@
 #include "turbo.cuh"
 #include "fattn.cuh"
 
-#include <type_traits>
 
 // blocks of 8 warps (threadIdx.y); each warp takes TURBO_ROT_NB consecutive 128-blocks of the rows and issues
 // all their loads before it computes: with one block per warp (runs 9-14) every warp was one load's latency
@@ -173,28 +172,14 @@ static ggml_tensor turbo_contiguous_like(const ggml_tensor * t, const ggml_type 
     return r;
 }
 
-// blocks per warp of the three kernels above: f(std::integral_constant<int, NB>) with NB = TURBO_ROT_NB, or 1 with
-// TURBO_FA_PREFILL_NB=1 (runs 9-14's one block per warp)
-template <typename F>
-static void turbo_with_rot_nb(F && f) {
-    static const bool one = ggml_cuda_turbo_env_int("TURBO_FA_PREFILL_NB", TURBO_ROT_NB) == 1;
-    if (one) {
-        f(std::integral_constant<int, 1>{});
-    } else {
-        f(std::integral_constant<int, TURBO_ROT_NB>{});
-    }
-}
-
 static void turbo_decode_rotated(cudaStream_t stream, const ggml_tensor * t, half * out) {
     const int64_t nbr  = t->ne[0] / QK_TURBO;
     const int64_t nblk = nbr*t->ne[1]*t->ne[2]*t->ne[3];
     GGML_ASSERT(nblk < INT32_MAX - 8*TURBO_ROT_NB && t->nb[0] == ggml_type_size(t->type));   // the kernel's 32-bit indexes
-    turbo_with_rot_nb([&](auto nb) {
-        constexpr int NB = decltype(nb)::value;
-        auto kernel = t->type == GGML_TYPE_TURBO3 ? k_turbo_decode_rotated_f16<3, NB> : k_turbo_decode_rotated_f16<2, NB>;
-        kernel<<<turbo_rot_grid(nblk, NB), TURBO_ROT_WARPS*WARP_SIZE, 0, stream>>>((const char *) t->data, out, (int) nblk,
-            (int) nbr, (int) t->ne[1], (int) t->ne[2], t->nb[1], t->nb[2], t->nb[3]);
-    });
+    constexpr int NB = TURBO_ROT_NB;
+    auto kernel = t->type == GGML_TYPE_TURBO3 ? k_turbo_decode_rotated_f16<3, NB> : k_turbo_decode_rotated_f16<2, NB>;
+    kernel<<<turbo_rot_grid(nblk, NB), TURBO_ROT_WARPS*WARP_SIZE, 0, stream>>>((const char *) t->data, out, (int) nblk,
+        (int) nbr, (int) t->ne[1], (int) t->ne[2], t->nb[1], t->nb[2], t->nb[3]);
 }
 
 bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
@@ -205,8 +190,7 @@ bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor 
     if ((!K_turbo && !V_turbo) || Q->ne[1] <= GGML_CUDA_TURBO_FA_MAX_BATCH) {
         return false;
     }
-    static const bool enabled = ggml_cuda_turbo_env_int("TURBO_FA_PREFILL", 1) != 0;
-    if (!enabled || !ggml_cuda_turbo_fattn_pair_supported(dst) || !ggml_is_contiguous(dst) || Q->type != GGML_TYPE_F32) {
+    if (!ggml_cuda_turbo_fattn_pair_supported(dst) || !ggml_is_contiguous(dst) || Q->type != GGML_TYPE_F32) {
         return false;
     }
     ggml_cuda_turbo_check_tables();
@@ -220,11 +204,8 @@ bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor 
     if (K_turbo) {
         q_rot.alloc(ggml_nelements(Q));
         const int64_t nblk = ggml_nelements(Q)/QK_TURBO;
-        turbo_with_rot_nb([&](auto nb) {
-            constexpr int NB = decltype(nb)::value;
-            k_turbo_rotate_rows<NB><<<turbo_rot_grid(nblk, NB), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
-                (const char *) Q->data, q_rot.ptr, D, Q->ne[1], Q->ne[2], Q->nb[1], Q->nb[2], Q->nb[3], nblk);
-        });
+        k_turbo_rotate_rows<TURBO_ROT_NB><<<turbo_rot_grid(nblk, TURBO_ROT_NB), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
+            (const char *) Q->data, q_rot.ptr, D, Q->ne[1], Q->ne[2], Q->nb[1], Q->nb[2], Q->nb[3], nblk);
         Qr = turbo_contiguous_like(Q, GGML_TYPE_F32, q_rot.ptr);
         k_rot.alloc(ggml_nelements(K));
         turbo_decode_rotated(stream, K, k_rot.ptr);
@@ -245,10 +226,8 @@ bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor 
 
     if (V_turbo) {
         const int64_t nblk = ggml_nelements(dst)/QK_TURBO;
-        turbo_with_rot_nb([&](auto nb) {
-            constexpr int NB = decltype(nb)::value;
-            k_turbo_unrotate_rows<NB><<<turbo_rot_grid(nblk, NB), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>((float *) dst->data, nblk);
-        });
+        k_turbo_unrotate_rows<TURBO_ROT_NB><<<turbo_rot_grid(nblk, TURBO_ROT_NB), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
+            (float *) dst->data, nblk);
         CUDA_CHECK(cudaGetLastError());
     }
     return true;

@@ -18,9 +18,6 @@ bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst) {
     if (!ggml_cuda_turbo_fattn_k_type(K->type) || !ggml_cuda_turbo_fattn_k_type(V->type)) {
         return false;
     }
-    if (!V_turbo && !K_turbo) {
-        return false;
-    }
     if (K->ne[0] != V->ne[0] || Q->ne[0] != K->ne[0] || (K->ne[0] != 128 && K->ne[0] != 256)) {
         return false;
     }
@@ -48,26 +45,40 @@ static void turbo_fattn_combine_launch(cudaStream_t stream, const float * part_a
     const dim3 grid(NCOLS, n_head_kv*nrg, ne3);
     // The merge with the splits spread over 8 warps (k_turbo_fattn_combine_par; run 16: decode op 35.0 -> 30.5 us
     // at 32K keys), from 8 splits up: below, the one-warp merge is the quicker (run 16, combine_bench, us per launch,
-    // one warp / 8 warps: 1 split 1.96 / 2.22, 4 splits 2.06 / 2.29, 13 splits 3.17 / 2.84). TURBO_FA_COMBINE=1: the
-    // one-warp merge at any count; 0: the block-wide merge (shared-memory FWHT), for comparisons
-    static const int merge = ggml_cuda_turbo_env_int("TURBO_FA_COMBINE", 2);
-    if (merge == 2 && n_split >= 8) {
+    // one warp / 8 warps: 1 split 1.96 / 2.22, 4 splits 2.06 / 2.29, 13 splits 3.17 / 2.84)
+    if (n_split >= 8) {
         ggml_cuda_turbo_launch(k_turbo_fattn_combine_par<D, V_turbo, NCOLS>, grid, dim3(TURBO_COMBINE_WARPS*WARP_SIZE), stream,
             part_acc, part_meta, sinks, dst, n_split, nrg, gqa, n_q, n_head);
-    } else if (merge != 0) {
-        ggml_cuda_turbo_launch(k_turbo_fattn_combine_warp<D, V_turbo, NCOLS>, grid, dim3(D/4), stream, part_acc, part_meta, sinks, dst,
-            n_split, nrg, gqa, n_q, n_head);
     } else {
-        ggml_cuda_turbo_launch(k_turbo_fattn_combine<D, V_turbo, NCOLS>, grid, dim3(D), stream, part_acc, part_meta, sinks, dst,
+        ggml_cuda_turbo_launch(k_turbo_fattn_combine_warp<D, V_turbo, NCOLS>, grid, dim3(D/4), stream, part_acc, part_meta, sinks, dst,
             n_split, nrg, gqa, n_q, n_head);
     }
 }
 
-// the tensor-core kernel serves turbo K with turbo V on Ampere and newer; TURBO_FA_V3=1 forces the scalar one
+// the tensor-core kernel serves turbo K with turbo V on Ampere and newer; the scalar kernel (fattn-turbo.cuh) the
+// other pairs and older GPUs
 static bool turbo_fattn_uses_mma(const ggml_tensor * K, const ggml_tensor * V) {
-    static const bool force_v3 = ggml_cuda_turbo_env_int("TURBO_FA_V3", 0) != 0;
-    return !force_v3 && ggml_cuda_is_turbo_type(K->type) && ggml_cuda_is_turbo_type(V->type) &&
+    return ggml_cuda_is_turbo_type(K->type) && ggml_cuda_is_turbo_type(V->type) &&
         ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc);
+}
+
+// the tensor-core kernel's loop (fattn-turbo-mma.cuh). At D = 128 from 16K keys: two 16-key tiles per warp step
+// (v14) for turbo3 V, and for turbo2 K and V the same with the bare ex2.approx (run 22: turbo2 op 27.20 -> 25.57 us
+// @32K, 67.48 -> 66.17 @128K against v18; for turbo3 the two time the same); below 16K keys, and for turbo3 K with
+// turbo2 V, one tile per step (v11; run 14: v14 against v11, turbo3 36.7-37.0 -> 34.7-34.9 us @32K, 93.4-93.8 ->
+// 91.9-92.2 @128K, turbo2 lost at 128K; below 16K not measured). At D = 256 (Gemma 3) a warp pair per tile (v21; run
+// 20, Gemma 3 270M tg128 against v11 in three calls: turbo3 +3-11% at depth 0, +1-5% at 8K, turbo2 +5-14% at 0-24K)
+static turbo_mma_loop turbo_fattn_mma_loop(const int D, const ggml_type type_K, const ggml_type type_V, const int n_kv) {
+    if (D == 256) {
+        return TURBO_MMA_WARP_PAIR;
+    }
+    if (n_kv >= 16384 && type_V == GGML_TYPE_TURBO3) {
+        return TURBO_MMA_TWO_TILES;
+    }
+    if (n_kv >= 16384 && type_K == GGML_TYPE_TURBO2 && type_V == GGML_TYPE_TURBO2) {
+        return TURBO_MMA_TWO_TILES_EX2;
+    }
+    return TURBO_MMA_ONE_TILE;
 }
 
 // rope: Q's ROPE node when its RoPE is done on q's load (then Q is read from the ROPE's input), else nullptr
@@ -96,48 +107,10 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     const int id  = ggml_cuda_get_device();
     const int nsm = ggml_cuda_info().devices[id].nsm;
 
-    // tensor-core kernel (v4) for turbo K with turbo V on Ampere and newer
+    // tensor-core kernel (v4 and its successors) for turbo K with turbo V on Ampere and newer
     const bool use_mma = turbo_fattn_uses_mma(K, V);
     GGML_ASSERT(!rope || use_mma);   // ggml_cuda_turbo_rope_fa_fusable checked it
-    // kernel variant (see fattn-turbo-mma.cuh), at D = 128 from 16K keys up: 13 (v14, two tiles per warp step) for
-    // turbo3 V, 42 (v14 with bare ex2.approx exponentials) for turbo2 K and V (run 22, after v22's mask change: turbo2
-    // op 27.20 -> 25.57 us @32K, 67.48 -> 66.17 @128K against 11, v18: v14 at 4 blocks per SM, q from shared memory,
-    // the turbo2 default of runs 15-21; for turbo3 42 and 13 time the same); else 9. Run 14, decode op
-    // turbo3 9 -> 13: 36.7-37.0 -> 34.7-34.9 us @32K, 93.4-93.8 -> 91.9-92.2 @128K (turbo2 lost at 128K, 80.7 ->
-    // 82.9-83.6); run 15: 11 against 9, turbo2 33.0 / 33.0 @32K, 78.4 / 81.0-81.1 @128K (turbo3: 37.4 / 36.5 @32K, 11
-    // lost). Below 16K not measured. At D = 256 (Gemma 3): 24 (v21, a warp pair per tile, one 128-block each; run 20,
-    // Gemma 3 270M tg128 against 9 in three calls: turbo3 +3-11% at depth 0, +1-5% at 8K, turbo2 +5-14% at 0-24K).
-    // TURBO_FA_MMA=8|9|11|13|24|42|43 forces one (11, 13, 42, 43 exist for D = 128 only, 24 for D = 256 only; else 9);
-    // 30-41, 44: timing
-    static const int mma_env = ggml_cuda_turbo_env_int("TURBO_FA_MMA", 0);
-    int var = D == 256 ? 24 : 9;
-    if (mma_env == 8 || mma_env == 9) {
-        var = mma_env;
-    } else if (mma_env == 11 || mma_env == 13 || mma_env == 42 || mma_env == 43) {
-        var = D == 128 ? mma_env : 9;
-    } else if (mma_env == 24) {
-        var = D == 256 ? 24 : 9;
-    } else if ((mma_env >= 30 && mma_env <= 41) || mma_env == 44) {
-        // the timing variants of fattn-turbo-mma.cuh (run 21): v14 with one stage left out, wrong results by design.
-        // Compiled for turbo3 K and V at D = 128; other calls keep the default
-        static bool warned = false;
-        if (!warned) {
-            warned = true;
-            GGML_LOG_WARN("%s: TURBO_FA_MMA=%d is a timing variant: turbo3 attention results are WRONG by design\n", __func__, mma_env);
-        }
-        if (D == 128 && K->type == GGML_TYPE_TURBO3 && V->type == GGML_TYPE_TURBO3) {
-            var = mma_env;
-        }
-    } else if (mma_env == 0 && D == 128 && n_kv >= 16384) {
-        if (V->type == GGML_TYPE_TURBO3) {
-            var = 13;
-        } else if (K->type == GGML_TYPE_TURBO2) {
-            var = 42;
-        }
-    }
-    // TURBO_FA_HEADS_FIRST=1: heads in blockIdx.x (no gain measured, run 5)
-    static const bool heads_first = ggml_cuda_turbo_env_int("TURBO_FA_HEADS_FIRST", 0) != 0;
-    static const int  waves       = std::max(1, ggml_cuda_turbo_env_int("TURBO_FA_WAVES", 1));   // decode split target, in waves
+    const turbo_mma_loop loop = turbo_fattn_mma_loop(D, K->type, V->type, n_kv);
 
     const int R     = gqa*n_q;
     const int ncols = use_mma ? TURBO_MMA_ROWS : (R <= 4 ? 4 : 8);
@@ -149,9 +122,9 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     const int blocks_base = nrg*n_head_kv*ne3;
     int target = 8*nsm;
     if (use_mma) {
-        const int occ = K->type == GGML_TYPE_TURBO3 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3>(D, V->type, var)
-                                                    : ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(D, V->type, var);
-        target = occ*nsm*waves;
+        const int occ = K->type == GGML_TYPE_TURBO3 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3>(D, V->type, loop)
+                                                    : ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(D, V->type, loop);
+        target = occ*nsm;   // one wave: run 21, two and four waves cost ~8 and ~12-24 us per call
     }
     // every warp of a v4 block gets a tile, and from 512 tiles (8192 keys) up at least 4: fewer splits (32 instead of
     // 64 per KV head at 8K), so that the prologue/epilogue and the merge are paid over more keys (run 13, tg128 @8K:
@@ -159,11 +132,9 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     // one-wave cap below gives 4 or more anyway. That rule was tuned on 8 KV heads; with few (Gemma 3: one, at 8K
     // 32 blocks for 132 SMs) the steps are halved while the blocks would not cover every SM once (run 19, Gemma 3
     // tg128: +7.6% at 8K, +7.3% at 24K).
-    // TURBO_FA_MIN_STEPS=N: N at every length.
-    static const int min_steps_env = ggml_cuda_turbo_env_int("TURBO_FA_MIN_STEPS", 0);
-    const int walkers = var == 24 ? TURBO_MMA_WARPS/2 : TURBO_MMA_WARPS;   // warps (v21: warp pairs) that walk tiles
-    int min_steps = min_steps_env > 0 ? min_steps_env : (n_tiles >= 512 ? 4 : 1);
-    if (use_mma && min_steps_env <= 0) {
+    const int walkers = loop == TURBO_MMA_WARP_PAIR ? TURBO_MMA_WARPS/2 : TURBO_MMA_WARPS;   // warps (pairs) that walk tiles
+    int min_steps = n_tiles >= 512 ? 4 : 1;
+    if (use_mma) {
         while (min_steps > 1 && (n_tiles/(walkers*min_steps))*blocks_base < nsm) {
             min_steps /= 2;
         }
@@ -177,20 +148,7 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
 
     ggml_cuda_pool & pool = ctx.pool();
     cudaStream_t stream = ctx.stream();
-    // how the splits are merged (tensor-core kernel only; else the combine kernel over one partial per block):
-    // TURBO_FA_CLUSTER=1: up to 8 splits merge inside the kernel, as one thread-block cluster per row group (Hopper
-    // and newer), instead of through global partials and the combine kernel (run 12: 32 fewer launches per token,
-    // the same tokens/s); TURBO_FA_WARP_PARTIALS=1: a partial per warp, all merged by the combine kernel (opt-in,
-    // not yet measured; meant for short contexts, where the kernel's epilogue is on every step's chain)
-    static const bool cluster_env       = ggml_cuda_turbo_env_int("TURBO_FA_CLUSTER", 0) != 0;
-    static const bool warp_partials_env = ggml_cuda_turbo_env_int("TURBO_FA_WARP_PARTIALS", 0) != 0;
-    const bool heads_first_on = use_mma && heads_first && D == 128;
-    // not with a fused RoPE: the cluster merge writes dst from inside the kernel, and dst may share memory with q's
-    // source (ggml_cuda_turbo_rope_fa_fusable)
-    const bool cluster = use_mma && cluster_env && !heads_first_on && n_split <= 8 && !rope &&
-        ggml_cuda_info().devices[id].cc >= GGML_CUDA_CC_HOPPER;
-    const bool warp_partials = use_mma && warp_partials_env && !cluster && var != 24;
-    const int  n_part = warp_partials ? n_split*TURBO_MMA_WARPS : n_split;   // partials per row group
+    const int  n_part = n_split;   // partials per row group
     const size_t n_slots = (size_t) ne3*n_head_kv*nrg*n_part*ncols;
     ggml_cuda_pool_alloc<float>  part_acc(pool, n_slots*D);
     ggml_cuda_pool_alloc<float2> part_meta(pool, n_slots);
@@ -201,9 +159,8 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     p.rope = turbo_rope{};
     // the RoPE's cos/sin once per lane for a decode step's rows (one token: every row has the same position; the
     // pad rows skipped). Run 17: the fused RoPE made the kernel 6.98 -> 8.34 us at depth 0, each lane computing
-    // them for both of its rows. The default since run 18; TURBO_ROPE_Q_ONCE=0: per row, as before
-    static const bool rope_once_env = ggml_cuda_turbo_env_int("TURBO_ROPE_Q_ONCE", 1) != 0;
-    p.rope_once = rope && rope_once_env && n_q == 1 && D == 128 ? 1 : 0;
+    // them for both of its rows; run 18: 8.91 -> 8.04 us with them once
+    p.rope_once = rope && n_q == 1 && D == 128 ? 1 : 0;
     if (rope) {   // Q views the ROPE's output; its input has the same layout (ggml_cuda_turbo_rope_fa_fusable)
         ggml_cuda_turbo_rope_params(rope, p.rope);
         p.Q = (const char *) rope->src[0]->data + ((const char *) Q->data - (const char *) rope->data);
@@ -222,18 +179,12 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     p.nb31 = mask ? mask->nb[1] : 0; p.nb33 = mask ? mask->nb[3] : 0;
     p.nrg = nrg; p.n_split = n_split; p.tiles_per_split = tps;
 
-    p.heads_first = heads_first_on ? 1 : 0;
-    p.cluster = cluster ? 1 : 0;
-    p.warp_partials = warp_partials ? 1 : 0;
-    const int var_launch = p.cluster ? 12 : var;   // the cluster merge is variant 12 (v11 + the merge)
-    p.sinks = sinks ? (const float *) sinks->data : nullptr;
-    p.dst   = (float *) dst->data;
-    const dim3 grid = p.heads_first ? dim3(n_head_kv*nrg, n_split, ne3) : dim3(n_split, n_head_kv*nrg, ne3);
+    const dim3 grid(n_split, n_head_kv*nrg, ne3);
     if (use_mma) {
         if (K->type == GGML_TYPE_TURBO3) {
-            ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3>(stream, D, V->type, var_launch, p, grid);
+            ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3>(stream, D, V->type, loop, p, grid);
         } else {
-            ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2>(stream, D, V->type, var_launch, p, grid);
+            ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2>(stream, D, V->type, loop, p, grid);
         }
     } else switch (K->type) {
         case GGML_TYPE_F16:    ggml_cuda_turbo_fattn_launch<GGML_TYPE_F16>   (stream, D, V->type, ncols, p, grid); break;
@@ -243,9 +194,6 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
         default: GGML_ABORT("turbo flash attention: unsupported K type %s", ggml_type_name(K->type));
     }
     CUDA_CHECK(cudaGetLastError());
-    if (p.cluster) {
-        return;   // the kernel wrote dst
-    }
 
     const bool V_turbo = ggml_cuda_is_turbo_type(V->type);
     const float * sinks_d = sinks ? (const float *) sinks->data : nullptr;
@@ -267,13 +215,12 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
 // llama's RoPE of Q, when only the decode attention reads it (ROPE -> PERMUTE -> views -> FLASH_ATTN_EXT, patch 0020
 // puts them next to each other), is done by the attention kernel as it loads q: one launch fewer per layer and token
 // (run 17, depth 0: 32 rope launches of 2.3 us gone, the attention kernel 6.98 -> 8.34 us, 75 us less kernel time
-// per token; tg128 325.4 -> 328.1 t/s at depth 0, 252.1 -> 255.2 at 32K). TURBO_FUSE_ROPE_Q=0: off. Returns how many
+// per token; tg128 325.4 -> 328.1 t/s at depth 0, 252.1 -> 255.2 at 32K). Returns how many
 // nodes after the ROPE (node i) the fused attention takes, or 0. The RoPEs that 0018's K write does
 // (ggml_cuda_turbo_rope_on_load_ok); the tensor-core kernel only; the ROPE's input read in place of its output (same layout).
 int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
-    static const bool on = ggml_cuda_turbo_env_int("TURBO_FUSE_ROPE_Q", 1) != 0;
     const ggml_tensor * rope = cgraph->nodes[i];
-    if (!on || rope->op != GGML_OP_ROPE || ggml_node_get_use_count(cgraph, i) != 1) {
+    if (rope->op != GGML_OP_ROPE || ggml_node_get_use_count(cgraph, i) != 1) {
         return 0;
     }
     const ggml_tensor * x = rope->src[0];
@@ -287,8 +234,7 @@ int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
         const ggml_tensor * n = cgraph->nodes[j];
         if (n->op == GGML_OP_FLASH_ATTN_EXT) {
             // the output may share memory with the ROPE's input (ggml-alloc frees that after the ROPE: run 17 saw no
-            // fusion while this was required): harmless, as with a ROPE the attention kernel writes only partials
-            // (no cluster merge) and the merge kernel writes the output after every block has read its q
+            // fusion while this was required): harmless, as the attention kernel writes only partials and the merge kernel writes the output after every block has read its q
             // one KV stream only (Q's ne[3] == 1): the kernel takes a row's position by its token index within a
             // stream, so with llama's non-unified cache (streams in ne[3], e.g. llama-server -np 2) every stream would
             // get stream 0's positions; those graphs keep upstream's ROPE kernel
@@ -314,7 +260,7 @@ void ggml_cuda_turbo_rope_fa(ggml_backend_cuda_context & ctx, const ggml_tensor 
     static bool said = false;
     if (!said) {
         said = true;
-        GGML_LOG_INFO("turbo: Q's RoPE done by the decode attention kernel (%s; TURBO_FUSE_ROPE_Q=0: off)\n", rope->name);
+        GGML_LOG_INFO("turbo: Q's RoPE done by the decode attention kernel (%s)\n", rope->name);
     }
     turbo_fattn_decode(ctx, fa, rope);
 }

@@ -29,16 +29,9 @@ struct turbo_fa_params {
     int n_q; int n_head; int gqa; int n_kv; int ne13; int ne23; int ne33;
     int64_t nb01, nb02, nb03, nb11, nb12, nb13, nb21, nb22, nb23, nb31, nb33;
     int nrg; int n_split; int tiles_per_split;
-    int heads_first;   // tensor-core kernel only: grid (KV head x row group, split) instead of (split, ...)
-    // tensor-core kernel only (TURBO_FA_CLUSTER=1): the n_split blocks of a row group are one thread-block cluster that
-    // merges its splits through distributed shared memory and writes dst itself (no combine kernel)
-    int cluster; const float * sinks; float * dst;
-    // tensor-core kernel only (TURBO_FA_WARP_PARTIALS=1): every warp writes its own partial result (slot split x
-    // TURBO_MMA_WARPS + warp) instead of the block merging its warps first; the combine kernel merges them all
-    int warp_partials;
     // tensor-core kernel only: Q's RoPE, applied to q as it is loaded (rope.pos == nullptr: Q is used as it is);
-    // then Q points to the ROPE's input (patch 0021). rope_once (one token, D = 128; TURBO_ROPE_Q_ONCE=0: off): the
-    // lane's cos and sin computed once for all rows (the same position) and the pad rows (zeros) left out
+    // then Q points to the ROPE's input (patch 0021). rope_once (one token, D = 128): the lane's cos and sin computed
+    // once for all rows (the same position) and the pad rows (zeros) left out
     turbo_rope rope;
     int rope_once;
 };
@@ -489,7 +482,7 @@ static __device__ __forceinline__ turbo_combine_row turbo_combine_row_of(const i
 
 // the merged, normalised values of NV elements of one output row: the splits' partial sums weighted by
 // exp(max - overall max), the sink's term in the denominator. meta(s) gives split s's (max in base e, sum),
-// acc(s) a pointer to its first element (the others at stride): global partials, or a cluster block's shared memory
+// acc(s) a pointer to its first element (the others at stride): the global partials, or the warps' sums in shared memory
 template <int NV, typename meta_t, typename acc_t>
 static __device__ __forceinline__ void turbo_fattn_merge_splits(const meta_t & meta, const acc_t & acc, const int n_split,
         const int stride, const float * sinks, const int h, float v[NV]) {
@@ -529,7 +522,7 @@ static __device__ __forceinline__ void turbo_fattn_merge_splits(const meta_t & m
 }
 
 // one 128-block of an output row from the warp's merged values (value lane + 32k): the inverse rotation for a
-// turbo V (the same float operations as the block-wide butterflies of k_turbo_fattn_combine), then the store
+// turbo V (the same float operations as the C reference's butterflies), then the store
 template <bool V_turbo>
 static __device__ __forceinline__ void turbo_fattn_store_block(float * out, float v[4], const int lane) {
     if (V_turbo) {
@@ -548,55 +541,16 @@ static __device__ __forceinline__ void turbo_fattn_store_block(float * out, floa
     }
 }
 
-// merges the splits of one output row, applies the sink and the inverse rotation (turbo V), writes dst
-template <int D, bool V_turbo, int NCOLS>
-__launch_bounds__(D)
-static __global__ void k_turbo_fattn_combine(const float * part_acc, const float2 * part_meta,
-        const float * sinks, float * dst, const int n_split, const int nrg, const int gqa,
-        const int n_q, const int n_head) {
-    ggml_cuda_pdl_sync();   // TURBO_PDL: the partials of the attention kernel before (plain pointers: no __restrict__ with PDL)
-    ggml_cuda_pdl_lc();
-    __shared__ float out[D];
-    const int tid = threadIdx.x;
-    const turbo_combine_row row = turbo_combine_row_of<NCOLS>(n_split, nrg, gqa, n_q);
-    if (!row.ok) {
-        return;
-    }
-    const int r = blockIdx.x;
-    auto meta = [&](const int s) { return part_meta[(row.slot0 + s)*NCOLS + r]; };
-    auto acc  = [&](const int s) { return part_acc + ((row.slot0 + s)*NCOLS + r)*D + tid; };
-    float v;
-    turbo_fattn_merge_splits<1>(meta, acc, n_split, 0, sinks, row.h, &v);
-    if (V_turbo) {
-        out[tid] = v;
-        __syncthreads();
-        const int base = (tid / QK_TURBO)*QK_TURBO;
-        const int i = tid % QK_TURBO;
-#pragma unroll
-        for (int hh = 1; hh < QK_TURBO; hh *= 2) {
-            const float x0 = out[base + i], x1 = out[base + (i ^ hh)];
-            __syncthreads();
-            out[base + i] = (i & hh) ? x1 - x0 : x0 + x1;
-            __syncthreads();
-        }
-        v = out[tid]*TURBO_CUDA_INV_SQRT_QK;
-        if (turbo_sign_neg(i)) {
-            v = -v;
-        }
-    }
-    dst[(((int64_t) blockIdx.z*n_q + row.j)*n_head + row.h)*D + tid] = v;
-}
-
-// the same merge with the inverse rotation in registers (the default; run 12: 2.94 against 3.17 us per launch): one
-// warp per 128-block of the row, 4 values per lane, the FWHT by shuffles (turbo_warp_fwht: the same float operations
-// in the same order as the shared-memory butterflies above, so the output is bit-identical) instead of 7 stages with
-// two block barriers each; at depth 0 the merge is a launch per layer on the decode step's critical path
+// merges the splits of one output row, applies the sink and the inverse rotation (turbo V), writes dst: one warp per
+// 128-block of the row, 4 values per lane, the FWHT by shuffles (run 12: 2.94 against 3.17 us per launch for the
+// block-wide merge with the butterflies in shared memory, bit-identical, since removed); at depth 0 the merge is a
+// launch per layer on the decode step's critical path
 template <int D, bool V_turbo, int NCOLS>
 __launch_bounds__(D/4)
 static __global__ void k_turbo_fattn_combine_warp(const float * part_acc, const float2 * part_meta,
         const float * sinks, float * dst, const int n_split, const int nrg, const int gqa,
         const int n_q, const int n_head) {
-    ggml_cuda_pdl_sync();   // TURBO_PDL: the partials of the attention kernel before (plain pointers: no __restrict__ with PDL)
+    ggml_cuda_pdl_sync();   // under PDL: the partials of the attention kernel before (plain pointers: no __restrict__ with PDL)
     ggml_cuda_pdl_lc();
     const int lane = threadIdx.x % WARP_SIZE;
     const int blk  = threadIdx.x / WARP_SIZE;   // 128-block of the row
@@ -612,7 +566,7 @@ static __global__ void k_turbo_fattn_combine_warp(const float * part_acc, const 
     turbo_fattn_store_block<V_turbo>(dst + (((int64_t) blockIdx.z*n_q + row.j)*n_head + row.h)*D + blk*QK_TURBO, v, lane);
 }
 
-// The split merge for many splits (the default since run 16; TURBO_FA_COMBINE=1 is the one-warp merge above). At 32K and
+// The split merge for many splits (from 8 splits up, since run 16; below, the one-warp merge above). At 32K and
 // 128K keys a row has ~50 splits, and the one-warp merge above walks them in rounds of 4 whose value loads wait for
 // the metas (the -inf test): two dependent trips to L2 per round. The op's time beyond the attention kernel's
 // (ncu) was 9.4 us at 32K (run 11, 64 splits), 12.2 us (run 11) and 6.5 us (run 14, 49 splits) at 128K, against
@@ -631,7 +585,7 @@ static __global__ void k_turbo_fattn_combine_par(const float * part_acc, const f
     constexpr int NW = TURBO_COMBINE_WARPS, U = TURBO_COMBINE_UNROLL, NV = D/WARP_SIZE;
     __shared__ float wm[NW], ws[NW];
     __shared__ float wa[NW][D];
-    ggml_cuda_pdl_sync();   // TURBO_PDL: the partials of the attention kernel before (plain pointers: no __restrict__ with PDL)
+    ggml_cuda_pdl_sync();   // under PDL: the partials of the attention kernel before (plain pointers: no __restrict__ with PDL)
     ggml_cuda_pdl_lc();
     const int lane = threadIdx.x % WARP_SIZE;
     const int warp = threadIdx.x / WARP_SIZE;

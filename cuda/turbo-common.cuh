@@ -335,15 +335,14 @@ static __device__ __forceinline__ void turbo_rope_block_cs(const turbo_rope & r,
 
 // rotates the warp's block with the lane's cos and sin (turbo_rope_block_cs): normal pairs (2m, 2m + 1) sit in
 // neighbouring lanes, neox pairs (m, m + 64) of a 128-wide head in the same lane (the host checks this). A neox pair
-// of a 256-wide head, (m, m + 128), spans the head's two blocks: the caller passes the other block's values of this
-// lane in nx (TURBO_ROPE_NEOX_WIDE=1); nullptr otherwise
+// of a 256-wide head spans the head's two blocks: those RoPEs stay upstream's (ggml_cuda_turbo_rope_on_load_ok)
 static __device__ __forceinline__ void turbo_rope_apply(const turbo_rope & r, float v[4], const int e0, const float c[4],
-        const float s[4], const int lane, const float * nx = nullptr) {
+        const float s[4], const int lane) {
     float o[4];
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         const int e = e0 + lane + 32*k;
-        const float partner = r.neox ? (nx ? nx[k] : v[k ^ 2]) : __shfl_xor_sync(0xffffffff, v[k], 1);
+        const float partner = r.neox ? v[k ^ 2] : __shfl_xor_sync(0xffffffff, v[k], 1);
         o[k] = v[k];
         if (e < r.n_offs || e >= r.n_offs + r.n_dims) {
             continue;
@@ -358,12 +357,12 @@ static __device__ __forceinline__ void turbo_rope_apply(const turbo_rope & r, fl
     }
 }
 
-// rotates the warp's block: value lane + 32k sits at index e0 + lane + 32k of its head (nx: see turbo_rope_apply)
+// rotates the warp's block: value lane + 32k sits at index e0 + lane + 32k of its head
 static __device__ __forceinline__ void turbo_rope_block(const turbo_rope & r, float v[4], const int e0, const int32_t pos,
-        const int lane, const float * nx = nullptr) {
+        const int lane) {
     float c[4], s[4];
     turbo_rope_block_cs(r, e0, pos, lane, c, s);
-    turbo_rope_apply(r, v, e0, c, s, lane, nx);
+    turbo_rope_apply(r, v, e0, c, s, lane);
 }
 
 // the ROPE node's parameters (host); r.pos = its positions, r.freq_factors = its frequency factors or nullptr

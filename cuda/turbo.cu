@@ -76,20 +76,7 @@ static __device__ __forceinline__ void turbo_set_rows_block(const turbo_set_rows
     }
     if (j.rope.pos) {
         const int e0 = (ib*QK_TURBO) % j.rope.D;
-        if (j.rope.neox && j.rope.D == 2*QK_TURBO) {
-            // a 256-wide neox head: the pair partners are the other block's values of this lane (TURBO_ROPE_NEOX_WIDE).
-            // Two calls rather than one with a selected pointer: that would put nx in local memory (stack frame 32 ->
-            // 48 bytes in every write kernel, nvcc 13 sm_90)
-            const src_t * xo = x + (e0 == 0 ? QK_TURBO : -QK_TURBO);
-            float nx[4];
-#pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                nx[k] = turbo_to_f32(xo[lane + 32*k]);
-            }
-            turbo_rope_block(j.rope, v, e0, j.rope.pos[i01], lane, nx);
-        } else {
-            turbo_rope_block(j.rope, v, e0, j.rope.pos[i01], lane);
-        }
+        turbo_rope_block(j.rope, v, e0, j.rope.pos[i01], lane);
     }
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
@@ -103,7 +90,7 @@ static __device__ __forceinline__ void turbo_set_rows_block(const turbo_set_rows
 }
 
 // where block blk of job j comes from and goes to (f32 rows; the offset row of its 128 columns, or nullptr), for the
-// 4- and 2-thread kernels; the position as turbo_block_at, by multiplications (fastdiv: the divisions were ~100
+// 2-thread kernel; the position as turbo_block_at, by multiplications (fastdiv: the divisions were ~100
 // instructions per thread)
 template <typename idx_t>
 static __device__ __forceinline__ void turbo_job_locate(const turbo_set_rows_job & j, const int blk, const float * & src,
@@ -119,249 +106,8 @@ static __device__ __forceinline__ void turbo_job_locate(const turbo_set_rows_job
     off = j.off ? j.off + ib*QK_TURBO : nullptr;
 }
 
-// ---- 4 threads per block (TURBO_SET_ROWS=4; the default for large writes in runs 12-21) ----------------------
-// Thread t (0..3) of a group holds the values i = 16m + 4t + c (m = 0..7, c = 0..3: one float4 per m), so most of
-// the encode happens in registers: FWHT spans 1, 2 and 16, 32, 64 in the thread, spans 4 and 8 by shuffles; the
-// pairwise tree sums' levels 64, 32, 16 and 2, 1 in the thread, 8 and 4 by shuffles; a low-plane byte (4
-// consecutive codes) is one thread's float4. The float operations and their order are those of
-// turbo_warp_encode (which follows the C reference), so the bytes are the same. A warp holds 8 blocks.
-
-// one FWHT stage across the group's threads (span 4 or 8: partner thread t ^ x)
-static __device__ __forceinline__ void turbo_t4_cross(float v[8][4], const int t, const int x) {
-#pragma unroll
-    for (int m = 0; m < 8; ++m) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            const float o = __shfl_xor_sync(0xffffffff, v[m][c], x);
-            v[m][c] = (t & x) ? __fsub_rn(o, v[m][c]) : __fadd_rn(v[m][c], o);
-        }
-    }
-}
-
-static __device__ __forceinline__ void turbo_t4_fwht(float v[8][4], const int t) {
-#pragma unroll
-    for (int h = 1; h <= 2; h *= 2) {          // spans 1, 2: c bits
-#pragma unroll
-        for (int m = 0; m < 8; ++m) {
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                if (!(c & h)) {
-                    const float a = v[m][c], b = v[m][c + h];
-                    v[m][c] = __fadd_rn(a, b); v[m][c + h] = __fsub_rn(a, b);
-                }
-            }
-        }
-    }
-    turbo_t4_cross(v, t, 1);                   // span 4
-    turbo_t4_cross(v, t, 2);                   // span 8
-#pragma unroll
-    for (int h = 1; h <= 4; h *= 2) {          // spans 16, 32, 64: m bits
-#pragma unroll
-        for (int m = 0; m < 8; ++m) {
-            if (!(m & h)) {
-#pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    const float a = v[m][c], b = v[m + h][c];
-                    v[m][c] = __fadd_rn(a, b); v[m + h][c] = __fsub_rn(a, b);
-                }
-            }
-        }
-    }
-}
-
-// the pairwise tree sum of the block's 128 values (s[i] += s[i + h], h = 64..1), on every thread of the group
-static __device__ __forceinline__ float turbo_t4_tree_sum(float s[8][4], const int lane) {
-#pragma unroll
-    for (int h = 4; h >= 1; h /= 2) {          // h = 64, 32, 16: m bits
-#pragma unroll
-        for (int m = 0; m < h; ++m) {
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                s[m][c] = __fadd_rn(s[m][c], s[m + h][c]);
-            }
-        }
-    }
-#pragma unroll
-    for (int x = 2; x >= 1; x /= 2) {          // h = 8, 4: thread bits (meaningful in thread t < x)
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            s[0][c] = __fadd_rn(s[0][c], __shfl_xor_sync(0xffffffff, s[0][c], x));
-        }
-    }
-    float a = __fadd_rn(s[0][0], s[0][2]);   // h = 2
-    const float b = __fadd_rn(s[0][1], s[0][3]);
-    a = __fadd_rn(a, b);                       // h = 1
-    return __shfl_sync(0xffffffff, a, lane & ~3);
-}
-
-template <int bits>
-static __device__ __forceinline__ void turbo_t4_encode_store(const float x[8][4], uint8_t * dst_block, const int t, const int lane) {
-    bool bad = false;
-    float amax = 0.0f;
-    float v[8][4];
-#pragma unroll
-    for (int m = 0; m < 8; ++m) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            const int i = 16*m + 4*t + c;
-            bad |= !turbo_is_finite(x[m][c]);
-            const float a = fabsf(x[m][c]);
-            amax = a > amax ? a : amax;
-            v[m][c] = turbo_sign_neg(i) ? -x[m][c] : x[m][c];
-        }
-    }
-    bad |= __shfl_xor_sync(0xffffffff, (int) bad, 1) != 0;
-    bad |= __shfl_xor_sync(0xffffffff, (int) bad, 2) != 0;
-#pragma unroll
-    for (int xx = 1; xx <= 2; xx *= 2) {
-        const float o = __shfl_xor_sync(0xffffffff, amax, xx);
-        amax = o > amax ? o : amax;
-    }
-    turbo_t4_fwht(v, t);
-    int e = 0;
-    float len = 0.0f;
-    const bool zero = bad || amax == 0.0f;     // uniform in the group (all its values were seen)
-    if (!zero && amax > TURBO_CUDA_BIG_AMAX) {
-        float p1, p2;
-        e = turbo_prescale(amax, p1, p2);
-#pragma unroll
-        for (int m = 0; m < 8; ++m) {
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                v[m][c] = __fmul_rn(__fmul_rn(x[m][c], p1), p2);
-                if (turbo_sign_neg(16*m + 4*t + c)) {
-                    v[m][c] = -v[m][c];
-                }
-            }
-        }
-    }
-    // the group's threads run the same shuffles whatever their block's path (the warp's 8 groups may differ)
-    if (__any_sync(0xffffffff, !zero && amax > TURBO_CUDA_BIG_AMAX)) {
-        float w[8][4];
-#pragma unroll
-        for (int m = 0; m < 8; ++m) {
-#pragma unroll
-            for (int c = 0; c < 4; ++c) {
-                w[m][c] = v[m][c];
-            }
-        }
-        turbo_t4_fwht(w, t);
-        if (!zero && amax > TURBO_CUDA_BIG_AMAX) {
-#pragma unroll
-            for (int m = 0; m < 8; ++m) {
-#pragma unroll
-                for (int c = 0; c < 4; ++c) {
-                    v[m][c] = w[m][c];
-                }
-            }
-        }
-    }
-    float s[8][4];
-#pragma unroll
-    for (int m = 0; m < 8; ++m) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            s[m][c] = __fmul_rn(v[m][c], v[m][c]);
-        }
-    }
-    len = __fsqrt_rn(turbo_t4_tree_sum(s, lane));
-    const bool ok = !zero && len > 0.0f;
-    const float inv = ok ? __fdiv_rn(1.0f, len) : 0.0f;
-    int codes[8][4];
-#pragma unroll
-    for (int m = 0; m < 8; ++m) {
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            float cv;
-            codes[m][c] = turbo_code_of<bits>(__fmul_rn(v[m][c], inv), cv);
-            s[m][c] = __fmul_rn(cv, cv);
-        }
-    }
-    const float clen = __fsqrt_rn(turbo_t4_tree_sum(s, lane));
-    const uint16_t nh = ok ? turbo_norm_half(len, clen, e) : 0;
-    // a zero norm stores all codes 0 (as turbo_warp_store); dst_block == nullptr: a group with no block of this
-    // job (it still took part in the shuffles)
-    uint8_t * qs = dst_block + 2;
-    if (dst_block && t == 0) {
-        *(uint16_t *) dst_block = nh;
-    }
-#pragma unroll
-    for (int m = 0; m < 8; ++m) {
-        int lo = 0, hi = 0;
-#pragma unroll
-        for (int c = 0; c < 4; ++c) {
-            lo |= (codes[m][c] & 3) << (2*c);
-            hi |= ((codes[m][c] >> 2) & 1) << c;
-        }
-        const int other = bits == 3 ? __shfl_xor_sync(0xffffffff, hi, 1) : 0;   // bits 4(t & 1) + c of byte 2m + t/2
-        if (dst_block) {
-            qs[4*m + t] = nh ? (uint8_t) lo : 0;
-            if (bits == 3 && !(t & 1)) {
-                qs[32 + 2*m + (t >> 1)] = nh ? (uint8_t) (hi | (other << 4)) : 0;
-            }
-        }
-    }
-}
-
-// a group's block of job j (f32 rows, 16-byte aligned, no RoPE: checked by the host): its values (offset taken)
-// and where it goes
-template <typename idx_t>
-static __device__ __forceinline__ uint8_t * turbo_t4_load(const turbo_set_rows_job & j, const int blk, const int t, float x[8][4]) {
-    const float * xb, * off;
-    uint8_t * dst;
-    turbo_job_locate<idx_t>(j, blk, xb, dst, off);
-#pragma unroll
-    for (int m = 0; m < 8; ++m) {
-        const float4 f = *(const float4 *) (xb + 16*m + 4*t);
-        x[m][0] = f.x; x[m][1] = f.y; x[m][2] = f.z; x[m][3] = f.w;
-    }
-    if (off) {
-#pragma unroll
-        for (int m = 0; m < 8; ++m) {
-            const float4 f = *(const float4 *) (off + 16*m + 4*t);
-            x[m][0] = __fsub_rn(x[m][0], f.x); x[m][1] = __fsub_rn(x[m][1], f.y);
-            x[m][2] = __fsub_rn(x[m][2], f.z); x[m][3] = __fsub_rn(x[m][3], f.w);
-        }
-    }
-    return dst;
-}
-
-// job a, then job b, a block per group of 4 threads; a warp whose groups straddle the two jobs (of different bit
-// widths) runs both encodes, each group storing only its own
-template <typename idx_t, int bits_a, int bits_b>
-static __global__ void k_turbo_set_rows_t4(const turbo_set_rows_job a, const turbo_set_rows_job b) {
-    const int lane = threadIdx.x % WARP_SIZE, t = lane & 3;
-    const int gid = (int) ((blockIdx.x*blockDim.x + threadIdx.x) / 4);
-    const bool in_a = gid < a.nblk, in_b = !in_a && gid < a.nblk + b.nblk;
-    if (!__any_sync(0xffffffff, in_a || in_b)) {
-        return;   // the whole warp is past the end
-    }
-    ggml_cuda_pdl_sync();   // TURBO_PDL: the rows come from the kernels before (a large write: no early trigger)
-    float x[8][4];
-    uint8_t * dst_block = nullptr;
-    if (in_a) {
-        dst_block = turbo_t4_load<idx_t>(a, gid, t, x);
-    } else if (in_b) {
-        dst_block = turbo_t4_load<idx_t>(b, gid - a.nblk, t, x);
-    } else {
-#pragma unroll
-        for (int m = 0; m < 8; ++m) {
-            x[m][0] = x[m][1] = x[m][2] = x[m][3] = 0.0f;
-        }
-    }
-    if (bits_a == bits_b) {
-        turbo_t4_encode_store<bits_a>(x, dst_block, t, lane);
-        return;
-    }
-    if (__any_sync(0xffffffff, in_a)) {
-        turbo_t4_encode_store<bits_a>(x, in_a ? dst_block : nullptr, t, lane);
-    }
-    if (__any_sync(0xffffffff, in_b)) {
-        turbo_t4_encode_store<bits_b>(x, in_b ? dst_block : nullptr, t, lane);
-    }
-}
-
-// ---- two threads per block (turbo-encode-t2.cuh; the default for large writes since run 22) -------------------
+// ---- two threads per block (turbo-encode-t2.cuh; large writes since run 22) ----------------------------------
+// (runs 12-21 wrote them with 4 threads per block: 15.4 us for 4096 rows of 1024 against 11.2 us here; removed)
 // A warp's 16 blocks are staged in shared memory first, each block's 512 bytes copied by the whole warp with one
 // coalesced 16-byte copy per lane; then both threads of a pair read their block (rows of 132 floats: the float4s
 // that the warp's 16 pairs read at once fall into 8 different bank groups, the fewest wavefronts for 256 bytes).
@@ -415,7 +161,7 @@ static __global__ void k_turbo_set_rows_t2(const turbo_set_rows_job a, const tur
     if (gid0 >= n) {
         return;   // the whole warp is past the end
     }
-    ggml_cuda_pdl_sync();   // TURBO_PDL: the rows come from the kernels before
+    ggml_cuda_pdl_sync();   // under PDL: the rows come from the kernels before
     const bool in_a = gid < a.nblk, in_b = !in_a && gid < n;
     const float * src = nullptr, * off = nullptr;
     uint8_t * dst = nullptr;
@@ -468,7 +214,7 @@ template <typename src_t, typename idx_t, int bits_a, int bits_b>
 static __global__ void k_turbo_set_rows(const turbo_set_rows_job a, const turbo_set_rows_job b) {
     const int wid = turbo_warp_index();
     const int lane = threadIdx.x % WARP_SIZE;
-    ggml_cuda_pdl_sync();   // TURBO_PDL: the rows come from the kernels before
+    ggml_cuda_pdl_sync();   // under PDL: the rows come from the kernels before
     ggml_cuda_pdl_lc();     // a decode step's few blocks: the attention may launch now (it waits for this write)
     if (wid < a.nblk) {
         turbo_set_rows_block<src_t, idx_t, bits_a>(a, wid, lane);
@@ -536,8 +282,8 @@ static void turbo_rope_of(const ggml_tensor * rope, turbo_set_rows_job & j) {
     j.s01  = x->nb[2]/sizeof(float);   // one token's heads are contiguous (checked by the caller)
 }
 
-// the bulk kernels (2 and 4 threads per block) read float4s (f32 rows whose starts and strides are 16-byte
-// multiples) and leave a fused RoPE to the warp kernel
+// the bulk kernel (2 threads per block) reads float4s (f32 rows whose starts and strides are 16-byte multiples) and
+// leaves a fused RoPE to the warp kernel
 static bool turbo_bulk_aligned(const turbo_set_rows_job & j) {
     const auto a16 = [](const void * p) { return ((uintptr_t) p & 15) == 0; };
     return j.nblk == 0 || (a16(j.src0) && j.s01 % 4 == 0 && j.s02 % 4 == 0 && j.s03 % 4 == 0 && (!j.off || a16(j.off)) &&
@@ -548,28 +294,19 @@ static bool turbo_bulk_aligned(const turbo_set_rows_job & j) {
 
 template <typename src_t, typename idx_t, int bits_a>
 static void turbo_set_rows_launch_b(cudaStream_t stream, const turbo_set_rows_job & a, const turbo_set_rows_job & b, const int bits_b) {
-    // writes of at least TURBO_BULK_MIN_BLOCKS blocks: two threads per block (run 22); before it, 4 threads per block
-    // (run 12: 4096 rows of 1024, 29.3 -> 15.4 us against the warp kernel). A decode step's few blocks keep the warp
-    // kernel, whose chain per thread is the shortest. TURBO_SET_ROWS=1: always the warp kernel, 4: always the
-    // 4-thread one, 2: always the 2-thread one (where the rows allow those two).
-    static const int mode = ggml_cuda_turbo_env_int("TURBO_SET_ROWS", 0);
+    // writes of at least TURBO_BULK_MIN_BLOCKS blocks (a prompt's ubatch): two threads per block (run 22: 4096 rows of
+    // 1024, 29.3 us with the warp kernel, 11.2 us so). A decode step's few blocks keep the warp kernel, whose chain per
+    // thread is the shortest, and so do rows the bulk kernel cannot read (f16, unaligned, a fused RoPE)
     const int64_t n = (int64_t) a.nblk + b.nblk;
-    const bool big = n >= TURBO_BULK_MIN_BLOCKS;
-    const bool t2 = mode == 2 || (mode == 0 && big);
-    const bool t4 = mode == 4;
     // the kernel for b's bit width (the same signature for both), on a grid of blocks_per CUDA blocks of `threads`
     const auto launch = [&](void (*k)(const turbo_set_rows_job, const turbo_set_rows_job), const int blocks_per, const int threads) {
         ggml_cuda_turbo_launch(k, dim3((unsigned) ((n + blocks_per - 1) / blocks_per)), dim3(threads), stream, a, b);
         CUDA_CHECK(cudaGetLastError());
     };
     if constexpr (std::is_same_v<src_t, float>) {
-        if ((t2 || t4) && turbo_bulk_aligned(a) && turbo_bulk_aligned(b)) {
-            if (t2) {
-                launch(bits_b == 3 ? k_turbo_set_rows_t2<idx_t, bits_a, 3> : k_turbo_set_rows_t2<idx_t, bits_a, 2>,
-                       TURBO_T2_WARPS*TURBO_T2_PER_WARP, TURBO_T2_WARPS*WARP_SIZE);
-            } else {   // 64 blocks (8 warps) per CUDA block
-                launch(bits_b == 3 ? k_turbo_set_rows_t4<idx_t, bits_a, 3> : k_turbo_set_rows_t4<idx_t, bits_a, 2>, 64, 256);
-            }
+        if (n >= TURBO_BULK_MIN_BLOCKS && turbo_bulk_aligned(a) && turbo_bulk_aligned(b)) {
+            launch(bits_b == 3 ? k_turbo_set_rows_t2<idx_t, bits_a, 3> : k_turbo_set_rows_t2<idx_t, bits_a, 2>,
+                   TURBO_T2_WARPS*TURBO_T2_PER_WARP, TURBO_T2_WARPS*WARP_SIZE);
             return;
         }
     }
@@ -689,11 +426,10 @@ bool ggml_cuda_turbo_rope_set_rows_fusable(const ggml_tensor * rope, const ggml_
 }
 
 // what turbo_rope_block can do (K's RoPE in the write, Q's in the attention): f32 in and out, one position per token,
-// no ne[3]; normal RoPE of any even width, neox for 128-wide heads rotated whole (a neox pair is then in one lane) and,
-// with TURBO_ROPE_NEOX_WIDE=1, 256-wide ones (a pair is then in one lane of the head's two blocks, and the kernels
-// load the other block's values too; run 19: its tests pass, but Gemma 3's graph matches neither fusion's pattern)
+// no ne[3]; normal RoPE of any even width, neox for 128-wide heads rotated whole (a neox pair is then in one lane).
+// (256-wide neox heads, whose pairs span the head's two blocks, were done on load too until run 23, opt-in: Gemma 3's
+// graph matches neither fusion's pattern, so it never ran; removed)
 bool ggml_cuda_turbo_rope_on_load_ok(const ggml_tensor * rope) {
-    static const bool neox_wide = ggml_cuda_turbo_env_int("TURBO_ROPE_NEOX_WIDE", 0) != 0;
     const ggml_tensor * x = rope->src[0];
     const int32_t * op = (const int32_t *) rope->op_params;
     const int n_dims = op[1], mode = op[2], n_offs = op[15];
@@ -701,7 +437,7 @@ bool ggml_cuda_turbo_rope_on_load_ok(const ggml_tensor * rope) {
     const bool types_ok = rope->type == GGML_TYPE_F32 && x->type == GGML_TYPE_F32 && rope->src[1]->type == GGML_TYPE_I32 &&
         rope->src[1]->ne[0] == x->ne[2] && x->ne[3] == 1;
     const bool mode_ok = (mode == GGML_ROPE_TYPE_NORMAL && n_dims % 2 == 0 && n_offs % 2 == 0 && n_offs + n_dims <= D) ||
-        (mode == GGML_ROPE_TYPE_NEOX && (D == QK_TURBO || (neox_wide && D == 2*QK_TURBO)) && n_dims == D && n_offs == 0);
+        (mode == GGML_ROPE_TYPE_NEOX && D == QK_TURBO && n_dims == D && n_offs == 0);
     return types_ok && mode_ok;
 }
 

@@ -5,33 +5,14 @@
 #include "common.cuh"
 #include "convert.cuh"
 
-#include <cstdlib>
 #include <utility>
 
-// a kernel switch from the environment (read once by the caller's static): its integer value, or def when unset
-static inline int ggml_cuda_turbo_env_int(const char * name, const int def) {
-    const char * v = getenv(name);
-    return v ? atoi(v) : def;
-}
-
-// Programmatic dependent launch (Hopper and newer): upstream b11312 launches most of its kernels so
-// (ggml_cuda_kernel_launch), letting a kernel start while the one before it drains; a kernel launched plainly
-// breaks that chain on both sides. TURBO_PDL=1 launches the decode path's kernels (K/V write, attention, merge) the
-// same way; each waits (ggml_cuda_pdl_sync) before it reads what earlier kernels wrote. Opt-in: run 18 measured
-// +0.8% at depth 0 and none at 32K with Q's RoPE fused (same rounds), while with PDL on and TURBO_FUSE_ROPE_Q=0 (the
-// path of RoPEs the attention cannot do, e.g. 256-wide neox heads) tg128 @32K was 237.6 t/s against 255.0 fused
-// (with PDL off, another machine: 251.7 against 253.7). Not understood yet, so not the default.
-static inline bool ggml_cuda_turbo_pdl() {
-    static const bool on = ggml_cuda_turbo_env_int("TURBO_PDL", 0) != 0;
-    return on;
-}
-
+// The turbo kernels are launched plainly, not with programmatic dependent launch as upstream b11312 launches most
+// of its own (ggml_cuda_kernel_launch): run 18 measured +0.8% at depth 0 and nothing at 32K with it, and run 20 a
+// loss at 128K (1.658x f16 against 1.738x). The kernels still call ggml_cuda_pdl_lc early, so that upstream's next
+// kernel, launched with PDL, may start while they drain (its ggml_cuda_pdl_sync waits for their writes).
 template <typename Kernel, typename... Args>
 static void ggml_cuda_turbo_launch(Kernel kernel, const dim3 grid, const dim3 block, cudaStream_t stream, Args &&... args) {
-    if (ggml_cuda_turbo_pdl()) {
-        ggml_cuda_kernel_launch(kernel, ggml_cuda_kernel_launch_params(grid, block, (size_t) 0, stream), std::forward<Args>(args)...);
-        return;
-    }
     kernel<<<grid, block, 0, stream>>>(std::forward<Args>(args)...);
 }
 
@@ -65,7 +46,7 @@ to_fp32_nc_cuda_t ggml_cuda_turbo_get_to_fp32_nc(ggml_type type);
 #define GGML_CUDA_TURBO_FA_MAX_BATCH 8
 bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst);
 void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
-// llama's ROPE of Q done by the decode attention kernel on load (TURBO_FUSE_ROPE_Q=0: off): the fusable check gives
+// llama's ROPE of Q done by the decode attention kernel on load: the fusable check gives
 // how many nodes after the ROPE (node i) the attention node sits, or 0
 int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, int i);
 void ggml_cuda_turbo_rope_fa(ggml_backend_cuda_context & ctx, const ggml_tensor * rope, ggml_tensor * fa);

@@ -1,5 +1,5 @@
 """The CUDA code's encode and RoPE math, compiled as host code with a warp emulated lane by lane (cuda/host-check/),
-on this GPU-less machine: the 4-thread and the 2-thread KV writes must give the C reference's bytes, and the RoPE-on-load helpers
+on this GPU-less machine: the 2-thread KV write must give the C reference's bytes, and the RoPE-on-load helpers
 (llama's RoPE of K in the turbo K write, of Q in the decode attention kernel) must match ggml's CPU ROPE. The GPU
 runs (test-backend-ops on the H200) check the same kernels on the device; these keep a change of the shared helpers
 from reaching the device unchecked."""
@@ -24,10 +24,10 @@ def run_host_check(script: str, env: dict | None = None) -> str:
     return out.stdout
 
 
-@pytest.mark.parametrize("script", ["set_rows_t4_check.sh", "rope_check.sh"])
-def test_cuda_math_on_the_host(script, llama_tool):
+def test_cuda_rope_on_load_on_the_host(llama_tool):
+    """The RoPE that the K write and the decode attention do on load (turbo-common.cuh) against ggml's CPU ROPE."""
     build, root = recorded_cpu_build(llama_tool)
-    run_host_check(script, dict(os.environ, TURBO_LLAMA_SRC=str(root), TURBO_LLAMA_BUILD=str(build)))
+    run_host_check("rope_check.sh", dict(os.environ, TURBO_LLAMA_SRC=str(root), TURBO_LLAMA_BUILD=str(build)))
 
 
 def test_two_thread_kv_write_on_the_host():

@@ -1,5 +1,5 @@
 // turbo-llama: the decode split merge alone, on a CUDA GPU: k_turbo_fattn_combine_warp (the default merge) and
-// k_turbo_fattn_combine_par (TURBO_FA_COMBINE=2) on the same random partials, at the split counts of the llama8b
+// k_turbo_fattn_combine_par (from 8 splits up) on the same random partials, at the split counts of the llama8b
 // decode (4 splits at depth 0, 49 at 32K-128K with v14) and of the 32K test case (128): the largest difference
 // from a double-precision merge on the host (no rotation: V_turbo = false), the largest difference between the
 // two kernels with the rotation, and the time per launch (CUDA events over a CUDA graph of 200 launches).
