@@ -1,4 +1,7 @@
-// turbo-llama: fused turbo flash-attention decode kernels with K type f16 (see fattn-turbo.cuh).
+// turbo-llama: fused turbo flash-attention decode kernels with K type f16 (see fattn-turbo.cuh, fattn-turbo-mma.cuh).
 #include "fattn-turbo.cuh"
+#include "fattn-turbo-mma.cuh"
 
 template void ggml_cuda_turbo_fattn_launch<GGML_TYPE_F16>(cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);
+template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_F16>(cudaStream_t, int, ggml_type, turbo_mma_loop, const turbo_fa_params &, dim3);
+template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_F16>(int, ggml_type, turbo_mma_loop);

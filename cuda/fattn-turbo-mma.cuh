@@ -84,21 +84,30 @@ template <int bits> static __device__ __forceinline__ uint32_t turbo_mma_pair(co
 // and g + 2 start in the same bank and the lanes of one t (8 rows) read 4-way conflicting words; 5 chunks (20 words)
 // spread the 8 rows over 8 bank offsets (ncu of v10: 61% of the shared wavefronts were conflicts; a model of one
 // step's staged reads, llama8b layout: 112 -> 36 wavefronts). turbo2 at D = 128 is already 3 chunks.
-template <int NB, int KBITS, int VBITS, int TILES>
+// KBS, VBS: the bytes of one 128-block of a K or V row (turbo_mma_block_bytes). KSWZ (f16 K, rows 16-byte aligned):
+// a K row is its 16 chunks exactly, chunk c of key kk staged at chunk c ^ (kk & 7) of its row, so that the lanes of
+// one 16-byte read (keys g, chunks 4t + j) fall on 8 different bank groups
+template <int NB, int KBS, int VBS, int TILES, bool KSWZ = false>
 struct turbo_mma_stage_cfg {
     static constexpr int RC = 1;                               // v11: rows rounded up to an odd number of chunks
-    static constexpr int KBYTES = NB*(KBITS == 3 ? 50 : 34);   // one key's bytes of this head
-    static constexpr int VBYTES = NB*(VBITS == 3 ? 50 : 34);
-    static constexpr int KC = (KBYTES + 14 + 15)/16;           // 16-byte chunks per key
+    static constexpr int KBYTES = NB*KBS;                      // one key's bytes of this head
+    static constexpr int VBYTES = NB*VBS;
+    static constexpr int KC = KSWZ ? KBYTES/16 : (KBYTES + 14 + 15)/16;   // 16-byte chunks per key
     static constexpr int VC = (VBYTES + 14 + 15)/16;
-    static constexpr int KW = 4*(KC | RC);                     // words per staged key row
+    static constexpr int KW = 4*(KSWZ ? KC : KC | RC);         // words per staged key row
     static constexpr int VW = 4*(VC | RC);
     static constexpr int ALIGN = 15;                           // a row's start offset in its staged copy: address & ALIGN
     static constexpr int WORDS = TURBO_MMA_KEYS*(KW + VW);     // one stage
     static constexpr int TPS = TILES;                          // tiles per warp step (v14: 2)
-    static constexpr int NSTAGE = TPS == 2 ? 4 : NB == 1 ? 3 : 2;  // stages of the ring (shared memory: 48 KB static)
+    // stages of the ring (shared memory: 48 KB static; a q8_0 or f16 K row is 3-5x a turbo one)
+    static constexpr int NSTAGE = TPS == 2 ? 4 : NB == 1 && KBS <= 50 ? 3 : 2;
     static constexpr int GROUPS = NSTAGE/TPS;                  // a step's TPS stages are one cp.async group
     static_assert(TPS == 1 || NB == 1, "v14 is compiled for D = 128 only (shared memory)");
+};
+
+// the bytes of one 128-block of a K or V row: turbo3, turbo2, q8_0 (4 blocks of 32), f16
+template <ggml_type type> struct turbo_mma_block_bytes {
+    static constexpr int value = type == GGML_TYPE_TURBO3 ? 50 : type == GGML_TYPE_TURBO2 ? 34 : type == GGML_TYPE_Q8_0 ? 136 : 256;
 };
 
 // asynchronous copy of 16 bytes to shared memory, L2 only; src_bytes < 16 zero-fills the rest
@@ -129,7 +138,7 @@ static __device__ __forceinline__ void turbo_bar_sync(const int id, const int n)
 // v10: the copies of one stage without a 64-bit multiply per chunk. A lane's chunks sit at fixed keys kk and
 // chunk numbers c of every tile, and a tile starts at a multiple of 16 keys, so (row & 15) does not depend on the
 // tile: each chunk's byte offset from the tile's first row is computed once, and a tile adds t1*16*nb1.
-template <int NC, int RW>
+template <int NC, int RW, bool SWZ = false>
 struct turbo_mma_chunk_src {
     static constexpr int SLOTS = (TURBO_MMA_KEYS*NC + WARP_SIZE - 1)/WARP_SIZE;
     int off[SLOTS];
@@ -153,7 +162,8 @@ struct turbo_mma_chunk_src {
             const int i = lane + WARP_SIZE*s;
             if (i < TURBO_MMA_KEYS*NC) {
                 const bool ok = t1*TURBO_MMA_KEYS + i / NC < n_kv;
-                turbo_cp_async16(dst0 + 4*((i / NC)*RW + 4*(i % NC)), ok ? tile + off[s] : safe, ok ? 16 : 0);
+                const int c = SWZ ? (i % NC) ^ ((i / NC) & 7) : i % NC;   // SWZ: see turbo_mma_stage_cfg
+                turbo_cp_async16(dst0 + 4*((i / NC)*RW + 4*c), ok ? tile + off[s] : safe, ok ? 16 : 0);
             }
         }
     }
@@ -220,12 +230,13 @@ template <int LOOP> struct turbo_mma_loop_traits {
     static constexpr bool PAIR = LOOP == TURBO_MMA_WARP_PAIR;
     static constexpr int TPS = LOOP == TURBO_MMA_TWO_TILES || LOOP == TURBO_MMA_TWO_TILES_EX2 ? 2 : 1;   // tiles per step
     static constexpr bool FAST_EXP = LOOP == TURBO_MMA_TWO_TILES_EX2;
-    // resident blocks per SM the registers are fitted for (v14 at 4 spilled; v21 at 4 spilled in the loop)
+    // resident blocks per SM the registers are fitted for (v14 at 4 spilled; v21 at 4 spilled in the loop). A q8_0 or
+    // f16 K (one tile per step) takes 3: at 4 the q8_0 decode spilled 40-100 bytes in the loop (nvcc 13.0, sm_90)
     static constexpr int MIN_BLOCKS = TPS == 2 || PAIR ? 3 : TURBO_MMA_MIN_BLOCKS;
 };
 
 template <int D, ggml_type type_K, ggml_type type_V, int LOOP>
-__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, turbo_mma_loop_traits<LOOP>::MIN_BLOCKS)
+__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, ggml_cuda_type_is_turbo(type_K) ? turbo_mma_loop_traits<LOOP>::MIN_BLOCKS : 3)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #ifndef AMPERE_MMA_AVAILABLE
     GGML_UNUSED(p);
@@ -235,6 +246,11 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     constexpr int NW = TURBO_MMA_WARPS;
     constexpr int NR = TURBO_MMA_ROWS;
     constexpr int KBITS = turbo_fa_stage<type_K>::bits, VBITS = turbo_fa_stage<type_V>::bits;
+    // K: turbo, or q8_0 / f16 (the products take K's values as f16; q is not rotated for them, V's output still is)
+    constexpr bool K_TURBO = ggml_cuda_type_is_turbo(type_K);
+    constexpr bool K_F16   = type_K == GGML_TYPE_F16;
+    static_assert(K_TURBO || (D == 128 && LOOP == TURBO_MMA_ONE_TILE), "q8_0 and f16 K: D = 128, one tile per step");
+    constexpr int KBS = turbo_mma_block_bytes<type_K>::value, VBS = turbo_mma_block_bytes<type_V>::value;
     constexpr int QS = D + 4;
     constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
@@ -249,7 +265,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     static_assert(!PAIR || NB == 2, "v21 is compiled for D = 256 only");
     constexpr int NBL = PAIR ? 1 : NB;                                // 128-blocks of a row in each warp's loop
     constexpr int NL  = PAIR ? NW/2 : NW;                             // warps (pairs) that walk tiles
-    typedef turbo_mma_stage_cfg<NBL, KBITS, VBITS, lt::TPS> cfg;
+    typedef turbo_mma_stage_cfg<NBL, KBS, VBS, lt::TPS, K_F16> cfg;
     constexpr int TPS = cfg::TPS;
     constexpr int RING = NW*cfg::NSTAGE*cfg::WORDS;                   // staging ring, words
     constexpr int OSZ  = NL*NR*D;                                     // the warps' outputs (epilogue), floats
@@ -277,7 +293,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     const int R     = p.gqa*p.n_q;
 
     if (tid < 64) {
-        pairK[tid] = turbo_mma_pair<KBITS>(tid);
+        if (K_TURBO) {
+            pairK[tid] = turbo_mma_pair<KBITS>(tid);
+        }
         pairV[tid] = turbo_mma_pair<VBITS>(tid);
     }
     const uint32_t pairK_sh = (uint32_t) __cvta_generic_to_shared(pairK);
@@ -285,7 +303,6 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // v21: a warp's pair and its 128-block (bw) of every row; its rows start bw blocks in
     const int pair = PAIR ? warp / 2 : warp;
     const int bw   = PAIR ? warp % 2 : 0;
-    constexpr int KBS = KBITS == 3 ? 50 : 34, VBS = VBITS == 3 ? 50 : 34;
     const char * Kb = p.K + (int64_t) hk*p.nb12 + (int64_t) (iq3 % p.ne13)*p.nb13 + bw*KBS;
     const char * Vb = p.V + (int64_t) hk*p.nb22 + (int64_t) (iq3 % p.ne23)*p.nb23 + bw*VBS;
     const int n_tiles = (p.n_kv + TURBO_MMA_KEYS - 1) / TURBO_MMA_KEYS;
@@ -293,7 +310,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     const int t_end   = min(n_tiles, t_begin + p.tiles_per_split);
     uint32_t * ring = ring_os + warp*cfg::NSTAGE*cfg::WORDS;
     // one stage's copies: K rows then V rows of the 16 keys of tile t1
-    turbo_mma_chunk_src<cfg::KC, cfg::KW> ksrc;
+    turbo_mma_chunk_src<cfg::KC, cfg::KW, K_F16> ksrc;
     turbo_mma_chunk_src<cfg::VC, cfg::VW> vsrc;
     ksrc.init(Kb, p.nb11, lane);
     vsrc.init(Vb, p.nb21, lane);
@@ -357,11 +374,18 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             } else if (p.rope.pos) {
                 turbo_rope_block(p.rope, qv[i], blk*QK_TURBO, p.rope.pos[rho / p.gqa], lane);
             }
+            if (K_TURBO) {
 #pragma unroll
-            for (int k = 0; k < 4; ++k) {
-                qv[i][k] *= turbo_sign_neg(lane + 32*k) ? -qscale : qscale;
+                for (int k = 0; k < 4; ++k) {
+                    qv[i][k] *= turbo_sign_neg(lane + 32*k) ? -qscale : qscale;
+                }
+                turbo_warp_fwht(qv[i], lane);
+            } else {
+#pragma unroll
+                for (int k = 0; k < 4; ++k) {
+                    qv[i][k] *= qscale;
+                }
             }
-            turbo_warp_fwht(qv[i], lane);
         }
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
@@ -375,8 +399,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #pragma unroll
     for (int c = 0; c < NBL*8; ++c) {
         const float * qr = q_sh + g*QS + (PAIR ? bw : c >> 3)*QK_TURBO + 32*t + 4*(c & 7);
-        qb[c][0] = turbo_h2_bits(qr[0]*TURBO_CUDA_INV_SQRT_QK, qr[1]*TURBO_CUDA_INV_SQRT_QK);
-        qb[c][1] = turbo_h2_bits(qr[2]*TURBO_CUDA_INV_SQRT_QK, qr[3]*TURBO_CUDA_INV_SQRT_QK);
+        constexpr float QF = K_TURBO ? TURBO_CUDA_INV_SQRT_QK : 1.0f;   // the FWHT's normalisation (turbo K)
+        qb[c][0] = turbo_h2_bits(qr[0]*QF, qr[1]*QF);
+        qb[c][1] = turbo_h2_bits(qr[2]*QF, qr[3]*QF);
     }
     // rows of this lane in S^T and O^T: 2t, 2t+1
     float slope[2];
@@ -437,58 +462,112 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
     };
 
+    // ---- a q8_0 or f16 K tile's S^T = K . Q^T (D = 128): the A fragments are K's values as f16 pairs. Lane (g, t)
+    // takes dims 32t .. 32t + 31 of keys g and g + 8, the dims of q's fragments: for q8_0 exactly block t of the row
+    // (its scale d, then 32 int8), for f16 the row's chunks 4t .. 4t + 3 (swizzled, see turbo_mma_stage_cfg)
+    auto tile_scores_plain = [&](const uint32_t * kst, float (&s)[4]) {
+        float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+        if constexpr (K_F16) {
+#pragma unroll
+            for (int j = 0; j < 4; ++j) {   // dims 32t + 8j .. + 7: the fragments of chunks c = 2j, 2j + 1
+                const uint4 k0 = *(const uint4 *) (kst + g*cfg::KW + 4*((4*t + j) ^ g));
+                const uint4 k1 = *(const uint4 *) (kst + (g + 8)*cfg::KW + 4*((4*t + j) ^ g));   // (g + 8) & 7 == g
+                const uint32_t a0[4] = {k0.x, k1.x, k0.y, k1.y};
+                const uint32_t a1[4] = {k0.z, k1.z, k0.w, k1.w};
+                turbo_mma_16816<TPS == 1>(sb, a0, qb[2*j][0], qb[2*j][1]);
+                turbo_mma_16816<TPS == 1>(sb, a1, qb[2*j + 1][0], qb[2*j + 1][1]);
+            }
+        } else {
+            // int8 -> f16 exactly by the bytes of 1024 + 128 + q (offset binary under 0x64 exponent bytes), minus 1152,
+            // then times d: the one rounding of upstream's f16 conversion of a q8_0 cache
+            const half2 bias = __floats2half2_rn(1152.0f, 1152.0f);
+            half2 d2[2];
+            const uint32_t * kr[2];
+            int o[2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                kr[i] = kst + (g + 8*i)*cfg::KW;
+                o[i]  = ksh[i] + 34*t;
+                const half d = __ushort_as_half((uint16_t) turbo_sh_u16(kr[i], o[i]));
+                d2[i] = __halves2half2(d, d);
+            }
+#pragma unroll
+            for (int cc = 0; cc < 8; ++cc) {
+                uint32_t a[4];
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const uint32_t w = turbo_sh_u32(kr[i], o[i] + 2 + 4*cc) ^ 0x80808080u;
+                    const uint32_t lo = __byte_perm(w, 0x64646464u, 0x4140), hi = __byte_perm(w, 0x64646464u, 0x4342);
+                    const half2 vlo = __hmul2(__hsub2(*(const half2 *) &lo, bias), d2[i]);
+                    const half2 vhi = __hmul2(__hsub2(*(const half2 *) &hi, bias), d2[i]);
+                    a[i]     = *(const uint32_t *) &vlo;   // dims 32t + 4cc + {0, 1}
+                    a[2 + i] = *(const uint32_t *) &vhi;   // dims 32t + 4cc + {2, 3}
+                }
+                turbo_mma_16816<TPS == 1>(sb, a, qb[cc][0], qb[cc][1]);
+            }
+        }
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+            s[e] = sb[e];
+        }
+    };
+
     // ---- one tile's S^T = K . Q^T, one 128-block at a time (each has its own norm), then softcap and mask;
     // s[e]: key k0 + g + 8*(e/2), row 2t + e%2
     // (v21: xslot is the exchange slot of the step, see below)
     auto tile_scores = [&](const uint32_t * kst, const int k0, const uint32_t (&mv)[4], float (&s)[4], const int xslot) {
-        s[0] = s[1] = s[2] = s[3] = 0.0f;
+        if constexpr (!K_TURBO) {
+            tile_scores_plain(kst, s);
+        } else {
+            s[0] = s[1] = s[2] = s[3] = 0.0f;
 #pragma unroll
-        for (int b = 0; b < NBL; ++b) {
-            uint32_t lo0[2], lo1[2], hi[2];
+            for (int b = 0; b < NBL; ++b) {
+                uint32_t lo0[2], lo1[2], hi[2];
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                const uint32_t * kr = kst + (g + 8*i)*cfg::KW;
-                lo0[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 2 + 8*t);
-                lo1[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 6 + 8*t);
-                hi[i]  = KBITS == 3 ? turbo_sh_u32(kr, ksh[i] + b*KBS + 34 + 4*t) : 0u;
-            }
-            float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-            // per key: index words of pairs 0,2,4,6 | 1,3,5,7 (lo0) and 8,10,12,14 | 9,11,13,15 (lo1)
-            uint32_t ix[2][4];
+                for (int i = 0; i < 2; ++i) {
+                    const uint32_t * kr = kst + (g + 8*i)*cfg::KW;
+                    lo0[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 2 + 8*t);
+                    lo1[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 6 + 8*t);
+                    hi[i]  = KBITS == 3 ? turbo_sh_u32(kr, ksh[i] + b*KBS + 34 + 4*t) : 0u;
+                }
+                float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
+                // per key: index words of pairs 0,2,4,6 | 1,3,5,7 (lo0) and 8,10,12,14 | 9,11,13,15 (lo1)
+                uint32_t ix[2][4];
 #pragma unroll
-            for (int i = 0; i < 2; ++i) {
-                ix[i][0] = turbo_mma_idx4<KBITS, 0>(lo0[i], hi[i], 0x1100);
-                ix[i][1] = turbo_mma_idx4<KBITS, 1>(lo0[i], hi[i], 0x1100);
-                ix[i][2] = turbo_mma_idx4<KBITS, 0>(lo1[i], hi[i], 0x3322);
-                ix[i][3] = turbo_mma_idx4<KBITS, 1>(lo1[i], hi[i], 0x3322);
-            }
+                for (int i = 0; i < 2; ++i) {
+                    ix[i][0] = turbo_mma_idx4<KBITS, 0>(lo0[i], hi[i], 0x1100);
+                    ix[i][1] = turbo_mma_idx4<KBITS, 1>(lo0[i], hi[i], 0x1100);
+                    ix[i][2] = turbo_mma_idx4<KBITS, 0>(lo1[i], hi[i], 0x3322);
+                    ix[i][3] = turbo_mma_idx4<KBITS, 1>(lo1[i], hi[i], 0x3322);
+                }
 #pragma unroll
-            for (int cc = 0; cc < 8; ++cc) {
-                const int w = (cc >> 2)*2, n = 2*(cc & 3);   // pair 2cc is nibble n of lo0/lo1
-                uint32_t a[4];
-                a[0] = turbo_mma_pick(pairK_sh, ix[0][w],     n);
-                a[1] = turbo_mma_pick(pairK_sh, ix[1][w],     n);
-                a[2] = turbo_mma_pick(pairK_sh, ix[0][w + 1], n + 1);
-                a[3] = turbo_mma_pick(pairK_sh, ix[1][w + 1], n + 1);
-                turbo_mma_16816<TPS == 1>(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
-            }
-            const float n0 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + g*cfg::KW, ksh[0] + b*KBS)));
-            const float n1 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + (g + 8)*cfg::KW, ksh[1] + b*KBS)));
-            if (PAIR) {
-                // v21 (one block per warp): the pair's two halves of the scores, added in the order of the other
-                // variants' loop over the blocks (block 0's product, then block 1's by one fma), so that both warps
-                // hold the same bits
-                const int x0 = ((pair*2 + xslot)*2)*WARP_SIZE + lane;
-                xs_s[x0 + bw*WARP_SIZE] = make_float4(sb[0], sb[1], sb[2], sb[3]);
-                xs_n[x0 + bw*WARP_SIZE] = make_float2(n0, n1);
-                turbo_bar_sync(1 + pair, 2*WARP_SIZE);
-                const float4 a = xs_s[x0], c = xs_s[x0 + WARP_SIZE];
-                const float2 na = xs_n[x0], nc = xs_n[x0 + WARP_SIZE];
-                s[0] = fmaf(c.x, nc.x, a.x*na.x); s[1] = fmaf(c.y, nc.x, a.y*na.x);
-                s[2] = fmaf(c.z, nc.y, a.z*na.y); s[3] = fmaf(c.w, nc.y, a.w*na.y);
-            } else {
-                s[0] += sb[0]*n0; s[1] += sb[1]*n0;
-                s[2] += sb[2]*n1; s[3] += sb[3]*n1;
+                for (int cc = 0; cc < 8; ++cc) {
+                    const int w = (cc >> 2)*2, n = 2*(cc & 3);   // pair 2cc is nibble n of lo0/lo1
+                    uint32_t a[4];
+                    a[0] = turbo_mma_pick(pairK_sh, ix[0][w],     n);
+                    a[1] = turbo_mma_pick(pairK_sh, ix[1][w],     n);
+                    a[2] = turbo_mma_pick(pairK_sh, ix[0][w + 1], n + 1);
+                    a[3] = turbo_mma_pick(pairK_sh, ix[1][w + 1], n + 1);
+                    turbo_mma_16816<TPS == 1>(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
+                }
+                const float n0 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + g*cfg::KW, ksh[0] + b*KBS)));
+                const float n1 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + (g + 8)*cfg::KW, ksh[1] + b*KBS)));
+                if (PAIR) {
+                    // v21 (one block per warp): the pair's two halves of the scores, added in the order of the other
+                    // variants' loop over the blocks (block 0's product, then block 1's by one fma), so that both warps
+                    // hold the same bits
+                    const int x0 = ((pair*2 + xslot)*2)*WARP_SIZE + lane;
+                    xs_s[x0 + bw*WARP_SIZE] = make_float4(sb[0], sb[1], sb[2], sb[3]);
+                    xs_n[x0 + bw*WARP_SIZE] = make_float2(n0, n1);
+                    turbo_bar_sync(1 + pair, 2*WARP_SIZE);
+                    const float4 a = xs_s[x0], c = xs_s[x0 + WARP_SIZE];
+                    const float2 na = xs_n[x0], nc = xs_n[x0 + WARP_SIZE];
+                    s[0] = fmaf(c.x, nc.x, a.x*na.x); s[1] = fmaf(c.y, nc.x, a.y*na.x);
+                    s[2] = fmaf(c.z, nc.y, a.z*na.y); s[3] = fmaf(c.w, nc.y, a.w*na.y);
+                } else {
+                    s[0] += sb[0]*n0; s[1] += sb[1]*n0;
+                    s[2] += sb[2]*n1; s[3] += sb[3]*n1;
+                }
             }
         }
 #pragma unroll
@@ -689,6 +768,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     X(128, GGML_TYPE_TURBO3, TURBO_MMA_TWO_TILES) \
     X(256, GGML_TYPE_TURBO3, TURBO_MMA_WARP_PAIR) X(256, GGML_TYPE_TURBO2, TURBO_MMA_WARP_PAIR)
 #define TURBO_MMA_FOR_EACH_K_TURBO2(X) X(128, GGML_TYPE_TURBO2, TURBO_MMA_TWO_TILES_EX2)
+// q8_0 and f16 K with turbo V (fattn-turbo-kq8_0.cu / -kf16.cu): D = 128, one tile per step
+#define TURBO_MMA_FOR_EACH_K_PLAIN(X) X(128, GGML_TYPE_TURBO3, TURBO_MMA_ONE_TILE) X(128, GGML_TYPE_TURBO2, TURBO_MMA_ONE_TILE)
 
 template <ggml_type type_K>
 void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const ggml_type type_V, const turbo_mma_loop loop,
@@ -698,7 +779,11 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
         ggml_cuda_turbo_launch(k_turbo_fattn_mma<DD, type_K, TYPE_V, LL>, grid, dim3(TURBO_MMA_WARPS*WARP_SIZE), stream, p); \
         return;                                                                                                         \
     }
-    TURBO_MMA_FOR_EACH(TURBO_MMA_CASE)
+    if constexpr (ggml_cuda_type_is_turbo(type_K)) {
+        TURBO_MMA_FOR_EACH(TURBO_MMA_CASE)
+    } else {
+        TURBO_MMA_FOR_EACH_K_PLAIN(TURBO_MMA_CASE)
+    }
     if constexpr (type_K == GGML_TYPE_TURBO2) {
         TURBO_MMA_FOR_EACH_K_TURBO2(TURBO_MMA_CASE)
     }
@@ -714,7 +799,11 @@ int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, con
     if (n == 0) {
         const void * fn = nullptr;
 #define TURBO_MMA_FN(DD, TYPE_V, LL) if (D == DD && type_V == TYPE_V && loop == LL) fn = (const void *) k_turbo_fattn_mma<DD, type_K, TYPE_V, LL>;
-        TURBO_MMA_FOR_EACH(TURBO_MMA_FN)
+        if constexpr (ggml_cuda_type_is_turbo(type_K)) {
+            TURBO_MMA_FOR_EACH(TURBO_MMA_FN)
+        } else {
+            TURBO_MMA_FOR_EACH_K_PLAIN(TURBO_MMA_FN)
+        }
         if constexpr (type_K == GGML_TYPE_TURBO2) {
             TURBO_MMA_FOR_EACH_K_TURBO2(TURBO_MMA_FN)
         }
@@ -730,3 +819,7 @@ extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3>(cudaStre
 extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2>(cudaStream_t, int, ggml_type, turbo_mma_loop, const turbo_fa_params &, dim3);
 extern template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3>(int, ggml_type, turbo_mma_loop);
 extern template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(int, ggml_type, turbo_mma_loop);
+extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_Q8_0>(cudaStream_t, int, ggml_type, turbo_mma_loop, const turbo_fa_params &, dim3);
+extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_F16>(cudaStream_t, int, ggml_type, turbo_mma_loop, const turbo_fa_params &, dim3);
+extern template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_Q8_0>(int, ggml_type, turbo_mma_loop);
+extern template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_F16>(int, ggml_type, turbo_mma_loop);

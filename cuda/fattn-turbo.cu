@@ -55,11 +55,19 @@ static void turbo_fattn_combine_launch(cudaStream_t stream, const float * part_a
     }
 }
 
-// the tensor-core kernel serves turbo K with turbo V on Ampere and newer; the scalar kernel (fattn-turbo.cuh) the
-// other pairs and older GPUs
+// the tensor-core kernel serves a turbo V on Ampere and newer with a turbo K, or at D = 128 with a q8_0 K or an f16 K
+// whose rows are 16-byte aligned (its staging copies whole 16-byte chunks of them); the scalar kernel
+// (fattn-turbo.cuh) serves the other pairs (turbo K with q8_0 / f16 V, D = 256 with a plain K) and older GPUs
 static bool turbo_fattn_uses_mma(const ggml_tensor * K, const ggml_tensor * V) {
-    return ggml_cuda_is_turbo_type(K->type) && ggml_cuda_is_turbo_type(V->type) &&
-        ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc);
+    if (!ggml_cuda_is_turbo_type(V->type) || !ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc)) {
+        return false;
+    }
+    if (ggml_cuda_is_turbo_type(K->type)) {
+        return true;
+    }
+    const bool f16_aligned = K->type == GGML_TYPE_F16 && (uintptr_t) K->data % 16 == 0 && K->nb[1] % 16 == 0 &&
+        K->nb[2] % 16 == 0 && K->nb[3] % 16 == 0;
+    return K->ne[0] == 128 && (K->type == GGML_TYPE_Q8_0 || f16_aligned);
 }
 
 // the tensor-core kernel's loop (fattn-turbo-mma.cuh). At D = 128 from 16K keys: two 16-key tiles per warp step
@@ -69,6 +77,9 @@ static bool turbo_fattn_uses_mma(const ggml_tensor * K, const ggml_tensor * V) {
 // 91.9-92.2 @128K, turbo2 lost at 128K; below 16K not measured). At D = 256 (Gemma 3) a warp pair per tile (v21; run
 // 20, Gemma 3 270M tg128 against v11 in three calls: turbo3 +3-11% at depth 0, +1-5% at 8K, turbo2 +5-14% at 0-24K)
 static turbo_mma_loop turbo_fattn_mma_loop(const int D, const ggml_type type_K, const ggml_type type_V, const int n_kv) {
+    if (!ggml_cuda_is_turbo_type(type_K)) {
+        return TURBO_MMA_ONE_TILE;   // q8_0 / f16 K (D = 128): the only loop compiled for them
+    }
     if (D == 256) {
         return TURBO_MMA_WARP_PAIR;
     }
@@ -107,7 +118,7 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     const int id  = ggml_cuda_get_device();
     const int nsm = ggml_cuda_info().devices[id].nsm;
 
-    // tensor-core kernel (v4 and its successors) for turbo K with turbo V on Ampere and newer
+    // tensor-core kernel (v4 and its successors) for a turbo V on Ampere and newer (turbo_fattn_uses_mma)
     const bool use_mma = turbo_fattn_uses_mma(K, V);
     GGML_ASSERT(!rope || use_mma);   // ggml_cuda_turbo_rope_fa_fusable checked it
     const turbo_mma_loop loop = turbo_fattn_mma_loop(D, K->type, V->type, n_kv);
@@ -123,7 +134,9 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     int target = 8*nsm;
     if (use_mma) {
         const int occ = K->type == GGML_TYPE_TURBO3 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3>(D, V->type, loop)
-                                                    : ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(D, V->type, loop);
+                      : K->type == GGML_TYPE_TURBO2 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(D, V->type, loop)
+                      : K->type == GGML_TYPE_Q8_0   ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_Q8_0>  (D, V->type, loop)
+                                                    : ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_F16>   (D, V->type, loop);
         target = occ*nsm;   // one wave: run 21, two and four waves cost ~8 and ~12-24 us per call
     }
     // every warp of a v4 block gets a tile, and from 512 tiles (8192 keys) up at least 4: fewer splits (32 instead of
@@ -181,10 +194,12 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
 
     const dim3 grid(n_split, n_head_kv*nrg, ne3);
     if (use_mma) {
-        if (K->type == GGML_TYPE_TURBO3) {
-            ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3>(stream, D, V->type, loop, p, grid);
-        } else {
-            ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2>(stream, D, V->type, loop, p, grid);
+        switch (K->type) {
+            case GGML_TYPE_TURBO3: ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3>(stream, D, V->type, loop, p, grid); break;
+            case GGML_TYPE_TURBO2: ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2>(stream, D, V->type, loop, p, grid); break;
+            case GGML_TYPE_Q8_0:   ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_Q8_0>  (stream, D, V->type, loop, p, grid); break;
+            case GGML_TYPE_F16:    ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_F16>   (stream, D, V->type, loop, p, grid); break;
+            default: GGML_ABORT("turbo flash attention (mma): unsupported K type %s", ggml_type_name(K->type));
         }
     } else switch (K->type) {
         case GGML_TYPE_F16:    ggml_cuda_turbo_fattn_launch<GGML_TYPE_F16>   (stream, D, V->type, ncols, p, grid); break;
@@ -240,7 +255,7 @@ int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
             // get stream 0's positions; those graphs keep upstream's ROPE kernel
             return q != rope && n->src[0] == q && q->view_src == rope && ggml_cuda_turbo_fattn_pair_supported(n) &&
                 n->src[0]->ne[1] <= GGML_CUDA_TURBO_FA_MAX_BATCH && n->src[0]->ne[0] == D && n->src[0]->ne[3] == 1 &&
-                turbo_fattn_uses_mma(n->src[1], n->src[2]) ? j - i : 0;
+                ggml_cuda_is_turbo_type(n->src[1]->type) && turbo_fattn_uses_mma(n->src[1], n->src[2]) ? j - i : 0;
         }
         if (!ggml_op_is_empty(n->op)) {
             return 0;   // another computed node in between
