@@ -197,8 +197,10 @@ if [[ " $PHASES " == *" profile "* ]]; then
         done
         # where a depth-0 decode step's time goes, per kernel (TL_KTIME: cache types): ncu times every launch of a few
         # steps of llama-bench on the llama8b random GGUF (CUDA graphs off), ci/ktime.py sums them by kernel name
-        tl_python; export TURBO_LLAMA_CACHE=$WORK/cache
-        M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))")
+        if [ -n "${TL_KTIME:-}" ]; then
+            tl_python; export TURBO_LLAMA_CACHE=$WORK/cache
+            M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))")
+        fi
         for t in ${TL_KTIME:-}; do
             f="$OUT/ktime-$t.csv"
             GGML_CUDA_DISABLE_GRAPHS=1 timeout ${TL_NCU_TIMEOUT:-150} ncu --clock-control none --cache-control none \
