@@ -25,7 +25,7 @@
 // the decode loops of k_turbo_fattn_mma; the host picks one by head size, V type and length (fattn-turbo.cu)
 enum turbo_mma_loop {
     TURBO_MMA_ONE_TILE,       // v11: one 16-key tile per warp step (D = 128 below 16K keys)
-    TURBO_MMA_TWO_TILES,      // v14: two tiles per warp step, registers for 3 blocks per SM (D = 128 from 16K keys, turbo3 V)
+    TURBO_MMA_TWO_TILES,      // v14: two tiles per warp step, 3 blocks per SM (D = 128 from 16K keys, turbo3 V)
     TURBO_MMA_TWO_TILES_EX2,  // v14 with the softmax's bare ex2.approx (D = 128 from 16K keys, turbo2 K and V; run 22)
     TURBO_MMA_WARP_PAIR,      // v21: a warp pair per tile, one 128-block each (D = 256)
 };
@@ -254,12 +254,12 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     constexpr int QS = D + 4;
     constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
-    // v21 (TURBO_MMA_WARP_PAIR, D = 256): the warps of a pair walk the same tiles, each with one of the two 128-blocks of every K and V
-    // row (its own staging, q fragments, decode and mma: the D = 128 loop), and they add their halves of each tile's
-    // scores through shared memory (one pair barrier per tile) before both run the same softmax. The other D = 256
-    // variants keep both blocks in every warp: 246 registers, one block (4 warps) per SM, and at depth 0 one warp's
-    // chain of both blocks per tile; here registers for 3 blocks per SM (at 4, 128 registers, the loop spilled), and
-    // half the chain
+    // v21 (TURBO_MMA_WARP_PAIR, D = 256): the warps of a pair walk the same tiles, each with one of the two 128-blocks
+    // of every K and V row (its own staging, q fragments, decode and mma: the D = 128 loop), and add their halves of
+    // each tile's scores through shared memory (one pair barrier per tile) before both run the same softmax. With both
+    // blocks in every warp (v11 at D = 256, removed) a warp took 246 registers, one block (4 warps) per SM, and at depth
+    // 0 one warp's chain of both blocks per tile; here registers for 3 blocks per SM (at 4, 128 registers, the loop
+    // spilled), and half the chain
     typedef turbo_mma_loop_traits<LOOP> lt;
     constexpr bool PAIR = lt::PAIR;
     static_assert(!PAIR || NB == 2, "v21 is compiled for D = 256 only");

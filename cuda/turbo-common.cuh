@@ -35,7 +35,7 @@ static __device__ __constant__ float turbo_d_b3[7] = TURBO_CUDA_B3;
 static __device__ __constant__ float turbo_d_c2[4] = TURBO_CUDA_C2;
 static __device__ __constant__ float turbo_d_b2[3] = TURBO_CUDA_B2;
 
-// ---- encode helpers shared by the warp and the 4-thread writes (cuda/host-check/ compiles this part on the host)
+// ---- encode helpers shared by the KV writes (cuda/host-check/ compiles this part on the host)
 // the code of y and its centroid: the boundaries ascend, so the ones below y are a prefix, the count is the code
 template <int bits>
 static __device__ __forceinline__ int turbo_code_of(const float y, float & cv) {
