@@ -1,5 +1,5 @@
 """Top-1 minus top-2 log-probability margins along the 16 solo greedy answers of the test's prompts.
-Usage: .venv/bin/python results/concurrency/margins.py f16 q4_0 q8_0 turbo3 turbo2
+Usage: .venv/bin/python studies/concurrency/margins.py f16 q4_0 q8_0 turbo3 turbo2
 (CPU build of `turbo-llama build`, default model; see README.md here.)"""
 import sys, os, pathlib, math, statistics, json
 from _setup import t, server, complete, exe, mp

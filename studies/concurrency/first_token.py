@@ -1,5 +1,5 @@
 """First token's top-5 log-probabilities, alone vs beside another request: largest difference, solo margin, same argmax.
-Usage: .venv/bin/python results/concurrency/first_token.py f16 turbo3 q4_0
+Usage: .venv/bin/python studies/concurrency/first_token.py f16 turbo3 q4_0
 (CPU build of `turbo-llama build`, default model; see README.md here.)"""
 import sys, pathlib
 from _setup import t, server, complete, concurrently, exe, mp, first_logprobs

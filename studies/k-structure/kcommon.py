@@ -1,17 +1,22 @@
 """Shared helpers: RoPE (NEOX), q4_0 reference, quantizer wrappers, model gains."""
 import sys, numpy as np, gguf
-from scipy.linalg import hadamard
 import turbo_llama as tl
+from turbo_llama import model
 
 GLOB = {5, 11, 17}
 D = 256; HALF = 128; SCALE = 1 / 16  # f_attention_scale = 1/sqrt(256)
-rd = gguf.GGUFReader('/root/.cache/turbo-llama/models/gemma-3-270m-q4_k_m.gguf')
+rd = gguf.GGUFReader(str(model.default_model()))  # the default model, Gemma 3 270M (these helpers assume its shapes)
 GQ = {int(t.name.split('.')[1]): np.array(t.data, np.float64) for t in rd.tensors if t.name.endswith('attn_q_norm.weight')}
 GK = {int(t.name.split('.')[1]): np.array(t.data, np.float64) for t in rd.tensors if t.name.endswith('attn_k_norm.weight')}
 
 def dscale(il):  # weight-only per-RoPE-pair rescale k/D, q*D (attention-exact), D^2 = rms pair gain_k / rms pair gain_q
     pk = np.sqrt((GK[il][:128] ** 2 + GK[il][128:] ** 2) / 2); pq = np.sqrt((GQ[il][:128] ** 2 + GQ[il][128:] ** 2) / 2)
     d = np.sqrt(pk / np.maximum(pq, 1e-3)); return np.concatenate([d, d])
+def hadamard(n):  # Sylvester's construction (n a power of two), entries +-1, symmetric
+    h = np.ones((1, 1))
+    while h.shape[0] < n:
+        h = np.block([[h, h], [h, -h]])
+    return h
 H = hadamard(D) / np.sqrt(D)
 
 def theta(il):

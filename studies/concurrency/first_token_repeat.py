@@ -1,5 +1,5 @@
 """As first_token.py, also alone twice, alone in another slot, and beside another request twice.
-Usage: .venv/bin/python results/concurrency/first_token_repeat.py f16 turbo3
+Usage: .venv/bin/python studies/concurrency/first_token_repeat.py f16 turbo3
 (CPU build of `turbo-llama build`, default model; see README.md here.)"""
 import sys, pathlib
 from _setup import t, server, complete, concurrently, exe, mp, first_logprobs

@@ -1,5 +1,5 @@
 """Slot 0's saved cache (prompt + 1 token) alone vs beside another request vs alone again: differing bytes.
-Usage: .venv/bin/python results/concurrency/prompt_cache_bytes.py f16 q4_0 turbo3
+Usage: .venv/bin/python studies/concurrency/prompt_cache_bytes.py f16 q4_0 turbo3
 (CPU build of `turbo-llama build`, default model; see README.md here.)"""
 import sys, os, pathlib, numpy as np
 from _setup import t, server, complete, concurrently, request, exe, mp

@@ -1,5 +1,5 @@
 """Issue #7 measurement: tests/test_kv_features.py's departures() for each spec CTK/CTV[:ENV=VALUE].
-Usage: .venv/bin/python results/concurrency/departures.py f16/f16 turbo3/turbo3 turbo3/turbo3:TURBO_K_OFFSET=0
+Usage: .venv/bin/python studies/concurrency/departures.py f16/f16 turbo3/turbo3 turbo3/turbo3:TURBO_K_OFFSET=0
 (CPU build of `turbo-llama build`, default model; see README.md here.)"""
 import sys, os, statistics, pathlib
 from _setup import t, mp, exe
