@@ -339,3 +339,60 @@ def test_cell_units_follow_the_run_order():
     ran = [(cells[i].length, cells[i].depth) for i in niah.run_order(cells)]
     plan = progress.planned_cells([256, 512, 1024], [0.1, 0.5, 0.9])
     assert [(c.length, round(c.needle / c.length, 3)) for c in plan] == ran
+
+
+# ------------------------------------------------------------------------------------- real tools
+def _descendants(pid: int) -> set[int]:
+    kids: dict[int, list[int]] = {}
+    for d in Path("/proc").iterdir():
+        if d.name.isdigit():
+            try:
+                ppid = int((d / "stat").read_text().rsplit(")", 1)[1].split()[1])
+            except (OSError, IndexError, ValueError):
+                continue
+            kids.setdefault(ppid, []).append(int(d.name))
+    out, todo = set(), [pid]
+    while todo:
+        for c in kids.get(todo.pop(), []):
+            out.add(c)
+            todo.append(c)
+    return out
+
+
+def _cmdline(pid: int) -> str:
+    try:
+        return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode(errors="replace")
+    except OSError:
+        return ""
+
+
+@pytest.mark.slow
+def test_sigterm_during_a_real_eval_leaves_no_llama_process(tmp_path, model_path, llama_tool):
+    """The real tools on the real model: SIGTERM while llama-server answers needles; no process the eval
+    started is left, and results.md shows the finished perplexity runs as an interrupted run."""
+    llama_tool("llama-perplexity")
+    llama_tool("llama-server")
+    out = tmp_path / "res"
+    p = subprocess.Popen([sys.executable, "-m", "turbo_llama", "eval", "--model", str(model_path), "--types", "f16,q8_0",
+                          "--ctx", "512", "--chunks", "1", "--niah-lengths", "1024,2048", "--niah-depths", "0.5,0.9",
+                          "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    seen: set[int] = set()
+    server = None
+    deadline = time.monotonic() + 600
+    while server is None and p.poll() is None and time.monotonic() < deadline:
+        kids = _descendants(p.pid)
+        seen |= kids
+        server = next((k for k in kids if "llama-server" in _cmdline(k)), None)
+        time.sleep(0.2)
+    assert server is not None, p.communicate()
+    time.sleep(2)   # let it load and start answering
+    seen |= _descendants(p.pid)
+    p.send_signal(signal.SIGTERM)
+    _, err = p.communicate(timeout=120)
+    assert p.returncode == 128 + signal.SIGTERM, err
+    assert not [k for k in seen if _alive(k)], [(k, _cmdline(k)) for k in seen if _alive(k)]
+    md = (out / "results.md").read_text()
+    assert "status: **interrupted**" in md
+    res = json.loads((out / "results.json").read_text())
+    assert res["status"] == "interrupted" and set(res["ppl"]) == {"f16", "q8_0"}
+    assert (out / "kld.png").is_file()

@@ -108,3 +108,10 @@ def default_ladder(supported: list[str]) -> tuple[list[str], list[str]]:
         c = parse_cache(name)
         (ok if c.k in supported and c.v in supported else skipped).append(name)
     return ok, skipped
+
+
+def qwen_check_types(exe: Path | None = None) -> str:
+    """CI's short Qwen check (#28): f16, turbo3, and turbo4 where the build has it."""
+    from .llama_tools import find_tool
+    supported = supported_types(exe or find_tool("llama-perplexity"))
+    return ",".join(t for t in ("f16", "turbo3", "turbo4") if t in supported)
