@@ -75,7 +75,15 @@ def niah_step(res: dict, *, exe: Path, model: Path, haystack: Path, lengths: lis
             for i, c in enumerate(cells[j] for j in _niah.run_order(cells)):
                 bar.describe(f"NIAH {name}: {c.length} tokens, depth {c.depth:g}")
                 t1 = time.monotonic()
-                r = srv.post("/completion", _niah.completion_request(c.prompt))
+                try:
+                    r = srv.post("/completion", _niah.completion_request(c.prompt))
+                except (OSError, ValueError) as e:   # the server died or answered garbage: this type's error
+                    msg = f"NIAH: llama-server failed at {c.length} tokens, depth {c.depth:g}: {e}: " \
+                          f"{tool_reason(srv.log_text())}"
+                    res["errors"][name] = (res["errors"][name] + "; " if name in res["errors"] else "") + msg
+                    bar.write(f"[{name}] {msg}")
+                    bar.add(sum(units[i:]))
+                    break
                 completion = r.get("content", "")
                 ok = _niah.found(c.key, completion)
                 res["niah_results"][name][f"{c.length}@{c.depth:g}"] = ok

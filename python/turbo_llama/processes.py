@@ -39,19 +39,17 @@ def popen(cmd: list[str], **kw) -> subprocess.Popen:
 
 def stop(p: subprocess.Popen, timeout: float = 15) -> None:
     """End p and everything it started (its process group): SIGTERM, then SIGKILL after timeout s."""
-    try:
-        if p.poll() is None:
-            _signal_group(p, signal.SIGTERM)
-            try:
-                p.wait(timeout=timeout)
-            except subprocess.TimeoutExpired:
-                pass
-        # the group may outlive its leader (a grandchild): make sure it is gone
-        _signal_group(p, signal.SIGKILL)
-        p.wait(timeout=timeout)
-    finally:
-        with _lock:
-            _children.discard(p)
+    if p.poll() is None:
+        _signal_group(p, signal.SIGTERM)
+        try:
+            p.wait(timeout=timeout)
+        except subprocess.TimeoutExpired:
+            pass
+    # the group may outlive its leader (a grandchild): make sure it is gone
+    _signal_group(p, signal.SIGKILL)
+    p.wait(timeout=timeout)
+    with _lock:   # only now: a stop cut short (a signal) leaves p registered, for stop_all()
+        _children.discard(p)
 
 
 def _signal_group(p: subprocess.Popen, sig: int) -> None:
