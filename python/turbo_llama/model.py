@@ -12,9 +12,9 @@ Cache root: $TURBO_LLAMA_CACHE, else ~/.cache/turbo-llama.
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 
+from . import cachedir
 from . import texts as _texts
 
 
@@ -23,8 +23,8 @@ class AssetError(RuntimeError):
 
 
 def cache_root() -> Path:
-    env = os.environ.get("TURBO_LLAMA_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "turbo-llama"
+    """The turbo-llama cache ($TURBO_LLAMA_CACHE, else ~/.cache/turbo-llama): cachedir.py's."""
+    return cachedir.cache_dir(create=False)
 
 
 def sha256_file(path: Path) -> str:

