@@ -62,7 +62,8 @@ def bits_per_value(name: str) -> float | None:
         return None
 
 
-_ALLOWED = re.compile(r"--cache-type-k\b.*?allowed values:\s*([^\n]+)", re.S)
+# the list wraps over lines and ends at "(default: ...)"
+_ALLOWED = re.compile(r"--cache-type-k TYPE\b.*?allowed values:\s*(.*?)\(default", re.S)
 
 
 def parse_allowed_types(help_text: str) -> list[str]:
@@ -70,7 +71,7 @@ def parse_allowed_types(help_text: str) -> list[str]:
     m = _ALLOWED.search(help_text)
     if not m:
         raise CacheTypeError("the tool's --help lists no allowed values for --cache-type-k")
-    return [t.strip() for t in m.group(1).split(",") if t.strip()]
+    return [t.strip() for t in m.group(1).replace("\n", " ").split(",") if t.strip()]
 
 
 def supported_types(exe: Path) -> list[str]:
