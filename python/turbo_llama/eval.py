@@ -213,7 +213,8 @@ def _eval_cli(model_spec, types, full, ctx, chunks, text, haystack, niah_lengths
     if repack is None:
         repack = backend != "cpu"
     click.echo(f"turbo-llama eval → {out}  ({'full' if full else 'quick'}: {','.join(type_list)}; ctx {ctx}, "
-               f"{chunks} chunks, NIAH {len(lengths)}×{len(depths)}; {mpath.name}, {backend}, {threads} threads)",
+               f"{chunks} chunk(s), " + ("no NIAH" if skip_niah else f"NIAH {len(lengths)}×{len(depths)}")
+               + f"; {mpath.name}, {backend}, {threads} threads)",
                err=True)
     try:
         res = run_eval(model_path=mpath, types=type_list, ctx=ctx, chunks=chunks, text=text, haystack=haystack,
