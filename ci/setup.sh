@@ -5,7 +5,7 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-APT_PACKAGES=(ccache jargon-text bible-kjv git g++)   # ccache: fast rebuilds; texts: eval haystacks
+APT_PACKAGES=(ccache git g++)   # ccache: fast rebuilds (the eval's texts ship with the package: no apt needed)
 missing=()
 for p in "${APT_PACKAGES[@]}"; do
     dpkg -s "$p" >/dev/null 2>&1 || missing+=("$p")

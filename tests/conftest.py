@@ -11,8 +11,8 @@ binaries, without the compiled bindings, the model package or a build:
                         package cannot be imported (no compiled extension), `turbo_llama` is made a bare
                         package over python/turbo_llama, so its pure-Python modules (llama_tools) import.
   TURBO_LLAMA_MODEL     the GGUF model file (default: the Gemma 3 270M Q4_K_M from the model package)
-  TURBO_LLAMA_JARGON    the perplexity text (default: Debian jargon-text, dumped into our cache)
-  TURBO_LLAMA_BIBLE     the NIAH haystack text (default: Debian bible-kjv)
+  TURBO_LLAMA_JARGON    the perplexity text (default: the Jargon File shipped with the package, unpacked into our cache)
+  TURBO_LLAMA_BIBLE     the NIAH haystack text (default: the King James Bible shipped with the package)
   TURBO_LLAMA_NGL       read by tests/_kv_helpers.py: unset or 0 = CPU, the tools get the CPU arguments
                         as always (-t 2, -nr where a test needs it); N > 0 = GPU: every tool also gets
                         `-ngl N`, the RPC client is pinned to the RPC device (-dev RPC0), and -nr (CPU
@@ -148,4 +148,23 @@ def eval_results(model_path, jargon_path, bible_path, llama_tool) -> dict:
         llama_tool("llama-server")
         subprocess.run([sys.executable, "-m", "turbo_llama", "eval", "--quick", "--out", str(d)],
                        check=True, cwd=REPO)
+    return json.loads(f.read_text())
+
+
+QWEN_CHECK = ["--model", "qwen2.5-coder-1.5b", "--chunks", "1", "--no-niah"]   # + --types: ci/run.sh's Qwen step
+
+
+@pytest.fixture(scope="session")
+def qwen_results(llama_tool) -> dict:
+    """results.json of CI's short Qwen check: $TURBO_LLAMA_QWEN_EVAL_DIR (default results/ci-qwen), produced by
+    ci/run.sh; run here (the same command) if it is missing."""
+    import json
+    d = Path(os.environ.get("TURBO_LLAMA_QWEN_EVAL_DIR", REPO / "results" / "ci-qwen"))
+    f = d / "results.json"
+    done = f.exists() and json.loads(f.read_text()).get("status") == "done"
+    if not done:
+        from turbo_llama.cache_types import qwen_check_types
+        exe = llama_tool("llama-perplexity")
+        subprocess.run([sys.executable, "-m", "turbo_llama", "eval", *QWEN_CHECK, "--types", qwen_check_types(exe),
+                        "--out", str(d)], check=True, cwd=REPO)
     return json.loads(f.read_text())

@@ -10,7 +10,11 @@ range of the rounds' ratios.
 
 A type may carry environment switches for that type's llama-bench runs only, `TYPE+NAME=VALUE[+NAME=VALUE]`
 (e.g. `--types f16,turbo3,turbo3+TURBO_PDL=1`): a kernel variant then sits in the same rounds as the default,
-which is the comparison that the machine's drift does not blur.
+which is the comparison that the machine's drift does not blur. A cache may be a K/V pair (`q8_0/turbo3`).
+
+The outputs are written into <out>.partial and renamed to <out> at the end (also when interrupted:
+status "interrupted" in bench.json, the finished rows in bench.md); a type that fails is reported with
+llama-bench's reason and makes the command exit 1.
 """
 from __future__ import annotations
 
@@ -19,22 +23,24 @@ import json
 import os
 import re
 import shlex
+import shutil
 import statistics
-import subprocess
 import sys
 from pathlib import Path
 
 import click
 
 from . import model as _model
-from .llama_tools import (DEFAULT_TYPES, ToolError, UnsupportedCacheType, check_unsupported, find_tool,
-                          tool_version)
+from . import processes
+from .outputs import publish, staging_dir
+from .cache_types import CacheTypeError, check_caches, parse_cache, supported_types
+from .llama_tools import DEFAULT_TYPES, ToolError, check_unsupported, find_tool, tool_reason, tool_version
 from .shapes import RANDOM_WEIGHTS_WARNING, SHAPES, shape_gguf
 
 
 def bench_cmd(exe: Path, model: Path, cache_type: str, depths: list[int], p: int, n: int, backend: str,
               threads: int, reps: int, repack: bool) -> list[str]:
-    cmd = [str(exe), "-m", str(model), "-fa", "1", "-ctk", cache_type, "-ctv", cache_type,
+    cmd = [str(exe), "-m", str(model), "-fa", "1", *parse_cache(cache_type).args(),
            "-d", ",".join(map(str, depths)), "-p", str(p), "-n", str(n), "-r", str(reps),
            "-ngl", "99" if backend == "cuda" else "0", "-t", str(threads), "-o", "json"]
     if not repack:
@@ -130,9 +136,8 @@ def run_bench(*, model_path: Path, random_shape: str | None, types: list[str], d
               progress: bool = True, rounds: int = 1) -> dict:
     from tqdm import tqdm
 
-    out.mkdir(parents=True, exist_ok=True)
     exe = find_tool("llama-bench")
-    res = {"started": _dt.datetime.now().isoformat(timespec="seconds"),
+    res = {"status": "running", "started": _dt.datetime.now().isoformat(timespec="seconds"),
            "llama_bench": {"path": str(exe), "version": tool_version(exe)},
            "model": {"path": str(model_path), "random_weights": bool(random_shape), "shape": random_shape},
            "settings": {"types": types, "depths": depths, "p": p, "n": n, "backend": backend,
@@ -140,6 +145,7 @@ def run_bench(*, model_path: Path, random_shape: str | None, types: list[str], d
            "commands": [], "rows": [], "round_rows": [], "raw": {}, "errors": {}}
     if random_shape:
         res["warning"] = RANDOM_WEIGHTS_WARNING.format(name=SHAPES[random_shape].note or random_shape)
+    stage = staging_dir(out)
     bar = tqdm(total=len(types) * rounds, desc="bench", disable=not progress, dynamic_ncols=True)
     try:
         for rnd in range(rounds):
@@ -149,62 +155,96 @@ def run_bench(*, model_path: Path, random_shape: str | None, types: list[str], d
                     continue
                 tag = f" round {rnd + 1}/{rounds}" if rounds > 1 else ""
                 bar.set_description(f"llama-bench {t} (depths {','.join(map(str, depths))}){tag}")
-                cache_type, switches = parse_type_spec(t)
-                cmd = bench_cmd(exe, model_path, cache_type, depths, p, n, backend, threads, reps, repack)
-                res["commands"].append({"type": t, "round": rnd, "env": switches,
-                                        "cmd": shlex.join([f"{k}={v}" for k, v in switches.items()] + cmd)})
-                r = subprocess.run(cmd, capture_output=True, text=True, stdin=subprocess.DEVNULL,
-                                   env=dict(os.environ, **switches))
-                log = re.sub(r"[^A-Za-z0-9_.=-]", "_", t)
-                (out / (f"llama-bench-{log}.log" if rounds == 1 else f"llama-bench-{log}-r{rnd + 1}.log")).write_text(r.stderr)
-                try:
-                    check_unsupported(r.stdout + r.stderr, cache_type)
-                    if r.returncode != 0:
-                        raise ToolError(f"llama-bench failed ({r.returncode}): "
-                                        + " | ".join(r.stderr.strip().splitlines()[-3:]))
-                    rows = parse_bench_json(r.stdout)
-                    if switches:   # the variant's rows under its own name
-                        rows = [dict(row, type=t) for row in rows]
-                    res["raw"].setdefault(t, []).extend(json.loads(r.stdout[r.stdout.find("["):]))
-                    res["round_rows"] += [dict(row, round=rnd) for row in rows]
-                    res["rows"] = summarize(res["round_rows"])
-                except (ToolError, ValueError) as e:
-                    res["errors"][t] = str(e)
-                    bar.write(f"[{t}] {e}")
-                (out / "bench.json").write_text(json.dumps(res, indent=1))
+                _bench_one(res, stage, exe, t, rnd, model_path, depths, p, n, backend, threads, reps, repack, rounds,
+                           bar)
+                (stage / "bench.json").write_text(json.dumps(res, indent=1))
                 bar.update(1)
+        res["status"] = "done"
+    except KeyboardInterrupt:
+        res["status"] = "interrupted"
+        raise
+    except BaseException:
+        res["status"] = "failed"
+        raise
     finally:
         bar.close()
+        processes.stop_all()
         res["finished"] = _dt.datetime.now().isoformat(timespec="seconds")
-        (out / "bench.json").write_text(json.dumps(res, indent=1))
-        md = [f"# turbo-llama bench — {Path(model_path).name}", ""]
-        if random_shape:
-            md += [f"**{res['warning']}**", ""]
-        in_rounds = f" in each of {rounds} rounds (median t/s; ratio: median, range of the rounds)" if rounds > 1 else ""
-        md += [f"backend {backend}, threads {threads}, -fa 1, {reps} repetitions{in_rounds}; "
-               f"{exe.name}: {res['llama_bench']['version']}", "", render_table(res["round_rows"], types), ""]
-        noisy = [r for r in res["round_rows"] if r.get("tps_std") and r["tps_std"] > 0.1 * r["tps"]]
-        if noisy:
-            md += [f"note: {len(noisy)} measurement(s) vary by more than 10% between repetitions "
-                   "(a busy machine?): " + ", ".join(f"{r['type']} {r['label']}@{r['depth']}"
-                                                     + (f" (round {r['round'] + 1})" if rounds > 1 else "")
-                                                     for r in noisy), ""]
-        if res["errors"]:
-            md += ["## Errors", ""] + [f"- **{t}**: {m}" for t, m in res["errors"].items()] + [""]
-        (out / "bench.md").write_text("\n".join(md))
-        title = Path(model_path).name + ("  (RANDOM WEIGHTS: speed only)" if random_shape else "")
-        try:
-            from . import plots
-        except ImportError as e:   # a machine without matplotlib still gets the numbers
-            click.echo(f"note: bench.png not drawn ({e})", err=True)
+        if res["status"] == "failed":   # no half-written results: the caller reports the reason
+            shutil.rmtree(stage, ignore_errors=True)
         else:
-            plots.bench_png(res["rows"], out / "bench.png", title=title)
+            _write_outputs(res, stage, exe, model_path, random_shape, types, backend, threads, reps, rounds)
+            publish(stage, out)
     return res
 
 
+def _bench_one(res, out, exe, t, rnd, model_path, depths, p, n, backend, threads, reps, repack, rounds, bar):
+    cache_type, switches = parse_type_spec(t)
+    cmd = bench_cmd(exe, model_path, cache_type, depths, p, n, backend, threads, reps, repack)
+    res["commands"].append({"type": t, "round": rnd, "env": switches,
+                            "cmd": shlex.join([f"{k}={v}" for k, v in switches.items()] + cmd)})
+    r = processes.run_capture(cmd, env=dict(os.environ, **switches))
+    log = re.sub(r"[^A-Za-z0-9_.=-]", "_", t)
+    (out / (f"llama-bench-{log}.log" if rounds == 1 else f"llama-bench-{log}-r{rnd + 1}.log")).write_text(r.stderr)
+    try:
+        check_unsupported(r.stdout + r.stderr, cache_type)
+        if r.returncode != 0:
+            raise ToolError(f"llama-bench failed ({r.returncode}): {tool_reason(r.stderr + r.stdout)}")
+        rows = parse_bench_json(r.stdout)
+        if switches:   # the variant's rows under its own name
+            rows = [dict(row, type=t) for row in rows]
+        res["raw"].setdefault(t, []).extend(json.loads(r.stdout[r.stdout.find("["):]))
+        res["round_rows"] += [dict(row, round=rnd) for row in rows]
+        res["rows"] = summarize(res["round_rows"])
+    except (ToolError, ValueError) as e:
+        res["errors"][t] = str(e)
+        bar.write(f"[{t}] {e}")
+
+
+def _write_outputs(res, out, exe, model_path, random_shape, types, backend, threads, reps, rounds):
+    (out / "bench.json").write_text(json.dumps(res, indent=1))
+    md = [f"# turbo-llama bench — {Path(model_path).name}", ""]
+    if res["status"] == "interrupted":
+        md += ["**interrupted**: the rows below are the runs that finished.", ""]
+    if random_shape:
+        md += [f"**{res['warning']}**", ""]
+    in_rounds = f" in each of {rounds} rounds (median t/s; ratio: median, range of the rounds)" if rounds > 1 else ""
+    md += [f"backend {backend}, threads {threads}, -fa 1, {reps} repetitions{in_rounds}; "
+           f"{exe.name}: {res['llama_bench']['version']}", "", render_table(res["round_rows"], types), ""]
+    noisy = [r for r in res["round_rows"] if r.get("tps_std") and r["tps_std"] > 0.1 * r["tps"]]
+    if noisy:
+        md += [f"note: {len(noisy)} measurement(s) vary by more than 10% between repetitions "
+               "(a busy machine?): " + ", ".join(f"{r['type']} {r['label']}@{r['depth']}"
+                                                 + (f" (round {r['round'] + 1})" if rounds > 1 else "")
+                                                 for r in noisy), ""]
+    if res["errors"]:
+        md += ["## Errors", ""] + [f"- **{t}**: {m}" for t, m in res["errors"].items()] + [""]
+    (out / "bench.md").write_text("\n".join(md))
+    title = Path(model_path).name + ("  (RANDOM WEIGHTS: speed only)" if random_shape else "")
+    try:
+        from . import plots
+    except ImportError as e:   # a machine without matplotlib still gets the numbers
+        click.echo(f"note: bench.png not drawn ({e})", err=True)
+    else:
+        plots.bench_png(res["rows"], out / "bench.png", title=title)
+
+
+def check_bench_types(type_list: list[str]) -> None:
+    """Refuse, before any work, caches the build lacks (asked from a built llama tool that lists them)."""
+    for name in ("llama-perplexity", "llama-server", "llama-cli", "llama-completion"):
+        try:
+            exe = find_tool(name)
+        except ToolError:
+            continue
+        check_caches([parse_type_spec(t)[0] for t in dict.fromkeys(type_list)], supported_types(exe))
+        return
+    raise ToolError("no built llama tool lists the cache types (llama-perplexity, llama-server, ...): "
+                    "run `turbo-llama build`")
+
+
 @click.command("bench")
-@click.option("--model", "model_path", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="GGUF model (default: the eval model)")
+@click.option("--model", "model_path", default=None, metavar="NAME|PATH",
+              help="gemma3-270m, qwen2.5-coder-1.5b or a GGUF file (default: gemma3-270m)")
 @click.option("--shape", type=click.Choice(sorted(SHAPES)), default=None,
               help="generate a RANDOM-weight GGUF of this real model shape (speed only)")
 @click.option("--types", default=",".join(DEFAULT_TYPES), show_default=True,
@@ -234,26 +274,33 @@ def bench_command(model_path, shape, types, depths, backend, n_prompt, n_gen, re
         raise click.BadParameter(f"a type is given twice: {types}", param_hint="--types")
     if "f16" in type_list:
         type_list = ["f16", *[t for t in type_list if t != "f16"]]
-    depth_list = [int(d) for d in depths.split(",") if d.strip()]
+    try:
+        depth_list = [int(d) for d in depths.split(",") if d.strip()]
+    except ValueError:
+        raise click.BadParameter(f"expected comma separated integers: {depths}", param_hint="--depths")
     out = out or Path("results") / f"bench-{_dt.datetime.now():%Y%m%d-%H%M%S}"
     try:
-        if shape:
-            s = SHAPES[shape]
-            click.echo(f"*** {RANDOM_WEIGHTS_WARNING.format(name=s.note or shape)} ***", err=True)
-            mpath = shape_gguf(shape, _model.cache_root() / "shapes")
-            too_deep = [d for d in depth_list if d + n_prompt > s.n_ctx_train]
-            if too_deep:
-                click.echo(f"note: depths {too_deep} exceed the shape's training context", err=True)
-        else:
-            mpath = model_path or _model.default_model()
-        res = run_bench(model_path=mpath, random_shape=shape, types=type_list, depths=depth_list,
-                        p=n_prompt, n=n_gen, backend=backend, threads=threads, reps=reps, rounds=rounds,
-                        repack=(backend != "cpu") if repack is None else repack, out=out)
-    except (_model.AssetError, ToolError) as e:
+        with processes.interruptible():
+            check_bench_types(type_list)   # before anything runs or is written
+            if shape:
+                s = SHAPES[shape]
+                click.echo(f"*** {RANDOM_WEIGHTS_WARNING.format(name=s.note or shape)} ***", err=True)
+                mpath = shape_gguf(shape, _model.cache_root() / "shapes")
+                too_deep = [d for d in depth_list if d + n_prompt > s.n_ctx_train]
+                if too_deep:
+                    click.echo(f"note: depths {too_deep} exceed the shape's training context", err=True)
+            else:
+                mpath = _model.resolve_model(model_path)
+            res = run_bench(model_path=mpath, random_shape=shape, types=type_list, depths=depth_list,
+                            p=n_prompt, n=n_gen, backend=backend, threads=threads, reps=reps, rounds=rounds,
+                            repack=(backend != "cpu") if repack is None else repack, out=out)
+    except (_model.AssetError, ToolError, CacheTypeError) as e:
         raise click.ClickException(str(e))
-    except KeyboardInterrupt:
-        click.echo(f"\ninterrupted; partial results in {out}", err=True)
-        sys.exit(130)
+    except KeyboardInterrupt as e:
+        click.echo(f"\ninterrupted ({e}); the finished part is in {out}/bench.md", err=True)
+        sys.exit(processes.exit_code(e))
     click.echo((out / "bench.md").read_text())
     if shape:
         click.echo(f"*** {res['warning']} ***", err=True)
+    if res["errors"]:
+        raise click.ClickException("some caches failed: " + "; ".join(f"{t}: {m}" for t, m in res["errors"].items()))

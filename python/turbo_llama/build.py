@@ -525,6 +525,13 @@ def info_command(as_json):
     click.echo(f"           tree {pin.tree}; sdist {pin.sdist_filename}")
     click.echo(f"data:      {data_root()} (series {pin.series}: {len(series_patches(pin))} patch(es))")
     click.echo(f"cache:     {cache_dir(create=False)}")
+    from .model import default_model_status
+    m = default_model_status()
+    if "error" in m:
+        click.echo(f"model:     {m['name']}: {m['error']}")
+    else:
+        click.echo(f"model:     {m['path']}" + ("" if m["ready"] else "  (not assembled yet: `turbo-llama eval` does it)"))
+        click.echo(f"           {m['name']} (the default model), sha256 {m['sha256']}")
     if not info:
         click.echo("build:     none yet (run `turbo-llama build`)")
         return

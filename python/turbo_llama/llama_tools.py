@@ -3,7 +3,9 @@
 find_tool():  locate a built binary (turbo_llama.build.find_tool when the build toolkit provides it,
               else $TURBO_LLAMA_BIN_DIR, else PATH).
 parse_*():    parsers of llama-perplexity / llama_kv_cache output (tested on captured real output).
-LlamaServer:  llama-server on a free 127.0.0.1 port, always shut down (try/finally, terminate, kill).
+LlamaServer:  llama-server on a free 127.0.0.1 port, in its own process group (processes.py), always
+              shut down (try/finally, terminate, kill).
+tool_reason(): the lines of a tool's log that say why it failed.
 """
 from __future__ import annotations
 
@@ -20,10 +22,8 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
-# bits per stored value of each KV-cache type (block scales included)
-BITS_PER_VALUE = {"f32": 32.0, "f16": 16.0, "bf16": 16.0, "q8_0": 8.5, "q5_1": 6.0, "q5_0": 5.5,
-                  "q4_1": 5.0, "q4_0": 4.5, "iq4_nl": 4.5, "turbo3": 3.125, "turbo2": 2.125}
-DEFAULT_TYPES = ("f16", "q8_0", "q4_0", "turbo3", "turbo2")
+from . import processes
+from .cache_types import BITS_PER_VALUE, BENCH_TYPES as DEFAULT_TYPES  # noqa: F401 (their home: cache_types)
 
 
 class ToolError(RuntimeError):
@@ -63,6 +63,17 @@ def check_unsupported(output: str, cache_type: str) -> None:
     if m:
         raise UnsupportedCacheType(f"this llama.cpp build does not support KV-cache type "
                                    f"{cache_type!r} ({m.group(0).strip()})")
+
+
+_REASON = re.compile(r"error|fail|unable|invalid|unknown|unsupported|not found|no such|exception|what\(\)|abort|"
+                     r"out of memory|cannot|can't|terminate", re.I)
+
+
+def tool_reason(output: str, n: int = 4) -> str:
+    """Why a llama.cpp tool failed, from its output: its last lines that name an error (else its last lines)."""
+    lines = [l.strip() for l in output.splitlines() if l.strip()]
+    hits = [l for l in lines if _REASON.search(l)]
+    return " | ".join((hits or lines)[-n:]) or "(the tool printed nothing)"
 
 
 def tool_version(exe: Path) -> str:
@@ -202,13 +213,14 @@ class LlamaServer:
         self.cmd = [str(self.exe), "-m", str(self.model), "--host", "127.0.0.1",
                     "--port", str(self.port), *self.args]
         self._log = open(self.log_path, "w") if self.log_path else subprocess.DEVNULL
-        self.proc = subprocess.Popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT,
-                                     stdin=subprocess.DEVNULL)
+        self.proc = processes.popen(self.cmd, stdout=self._log, stderr=subprocess.STDOUT,
+                                    stdin=subprocess.DEVNULL)
         try:
             deadline = time.monotonic() + self.startup_timeout
             while True:
                 if self.proc.poll() is not None:
-                    raise ToolError(f"llama-server exited with {self.proc.returncode} during start")
+                    raise ToolError(f"llama-server exited with {self.proc.returncode} during start: "
+                                    f"{tool_reason(self.log_text())}")
                 try:
                     with urllib.request.urlopen(self.url + "/health", timeout=5) as resp:
                         if resp.status == 200 and json.loads(resp.read()).get("status") == "ok":
@@ -230,7 +242,7 @@ class LlamaServer:
     def stop(self) -> None:
         p, self.proc = self.proc, None
         if p is not None:
-            stop_process(p)
+            processes.stop(p)
         if self._log not in (None, subprocess.DEVNULL):
             self._log.close()
             self._log = None

