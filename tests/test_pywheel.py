@@ -153,6 +153,19 @@ def test_type_ids_by_name_come_from_the_built_ggml_h(wheel):
     assert got == {n: [i, n.lower()] for n, i in turbo.items()}
 
 
+def test_llama_cpp_kv_cache_types_are_the_command_lines(wheel, llama_tool):
+    """llama_cpp.LLAMA_KV_CACHE_TYPES (what Llama and the server accept) is what -ctk/-ctv allow."""
+    r = subprocess.run([str(llama_tool("llama-completion")), "--help"], text=True, stdout=subprocess.PIPE,
+                       stderr=subprocess.STDOUT, timeout=120)
+    m = re.search(r"--cache-type-k TYPE.*?allowed values: ([\w, ]+)", r.stdout, re.S)
+    assert m, r.stdout[-3000:]
+    cli = [t.strip() for t in m.group(1).split(",")]
+    p = run_py("import json, llama_cpp; print(json.dumps(llama_cpp.LLAMA_KV_CACHE_TYPES))")
+    assert p.returncode == 0, p.stderr[-3000:]
+    assert sorted(json.loads(p.stdout)) == sorted(cli)
+    assert {"turbo3", "turbo2"} <= set(cli)
+
+
 # ---------------------------------------------------------------- generation
 
 @pytest.mark.parametrize("t", list(RATIO))
@@ -187,6 +200,8 @@ model = sys.argv[1]
 cases = {
     "id 999": dict(type_k=999, type_v=1, flash_attn=True),
     "removed id 4": dict(type_k=1, type_v=4, flash_attn=True),
+    "i32 (a type, not a KV cache type)": dict(type_k=llama_cpp.GGML_TYPE_I32, flash_attn=True),
+    "q8_K by name": dict(type_k="q8_K", flash_attn=True),
     "name turbo9": dict(type_k="turbo9", type_v="turbo3", flash_attn=True),
     "turbo3 without flash attention": dict(type_k="turbo3", type_v="turbo3", flash_attn=False),
     "turbo2 V without flash attention": dict(type_k=1, type_v=llama_cpp.GGML_TYPE_TURBO2, flash_attn=False),
@@ -208,6 +223,10 @@ def test_bad_type_or_turbo_without_flash_attention_is_a_python_exception(wheel, 
         assert got[name].startswith("ValueError|"), got[name]
         assert "is not a ggml type id of this llama.cpp build" in got[name] and "turbo3=" in got[name]
     assert got["name turbo9"].startswith("ValueError|") and "turbo3" in got["name turbo9"]
+    for name in ("i32 (a type, not a KV cache type)", "q8_K by name"):
+        # llama.cpp itself would crash on these caches
+        assert got[name].startswith("ValueError|") and "is not a KV cache type" in got[name], got[name]
+        assert "turbo3=" in got[name] and "q8_0=" in got[name]
     for name, t in (("turbo3 without flash attention", "turbo3"), ("turbo2 V without flash attention", "turbo2")):
         # the command-line tools' own message, from llama.cpp's log
         assert got[name].startswith("ValueError|Failed to create llama_context"), got[name]

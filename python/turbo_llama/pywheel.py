@@ -24,6 +24,7 @@ from __future__ import annotations
 import dataclasses
 import filecmp
 import hashlib
+import importlib.util
 import json
 import os
 import re
@@ -198,7 +199,10 @@ def sync_python_files(src: Path, dst: Path) -> int:
     changed = 0
     for n in names:
         s, d = src / n, dst / n
-        if d.is_file() and not d.is_symlink() and filecmp.cmp(s, d, shallow=False):
+        if os.path.islink(s):
+            if os.path.islink(d) and os.readlink(d) == os.readlink(s):
+                continue
+        elif d.is_file() and not d.is_symlink() and filecmp.cmp(s, d, shallow=False):
             continue
         d.parent.mkdir(parents=True, exist_ok=True)
         if d.is_symlink() or d.exists():
@@ -210,6 +214,8 @@ def sync_python_files(src: Path, dst: Path) -> int:
             os.utime(d)  # a fresh mtime: the build sees the change
         changed += 1
     if dst.is_dir():
+        # (the sdist's CMakeLists.txt also installs the libraries into llama_cpp/lib/ of the source
+        # tree; they are outputs, made again by every build, so they go like any file not in `src`)
         for n in _source_files(Source(dst, "python-stage", "")):
             if n not in want and not n.startswith(VENDOR + "/"):
                 (dst / n).unlink()
@@ -363,6 +369,10 @@ def _build_wheel_locked(opts: BuildOptions, root: Path, nvcc: str | None) -> Whe
     try:
         cmd = [sys.executable, "-m", "pip", "wheel", "-v", "--no-deps", "--disable-pip-version-check",
                "-w", str(out), str(stage), f"-Cbuild-dir={build_dir / 'cmake'}"]
+        if importlib.util.find_spec("scikit_build_core") is not None:
+            # the build backend is a dependency of turbo-llama: use it as installed (no temporary
+            # build environment, nothing downloaded); without it pip fetches it from PyPI
+            cmd.append("--no-build-isolation")
         cmd += [f"-Ccmake.define.{k}={v}" for k, v in defines.items()]
         if opts.jobs:
             cmd += [f"-Cbuild.tool-args=-j{opts.jobs}"]
