@@ -34,7 +34,8 @@ N_CTX = 1024
 # the same settings for llama_cpp.Llama and llama-completion: context, batch, threads, greedy
 LLAMA_KW = dict(n_ctx=N_CTX, n_batch=512, n_ubatch=512, n_threads=THREADS, n_threads_batch=THREADS, seed=1)
 COMPLETION_ARGS = ["-c", str(N_CTX), "-b", "512", "-ub", "512", "-t", str(THREADS), "-tb", str(THREADS),
-                   "--seed", "1", "--temp", "0", "--top-k", "1", "-no-cnv", "--no-warmup", "-fa", "on"]
+                   "--seed", "1", "--temp", "0", "--top-k", "1", "-no-cnv", "--no-warmup", "-fa", "on",
+                   "--swa-full"]  # llama_cpp.Llama keeps a full-size SWA cache
 # bytes per 128 values: turbo3 50, turbo2 34, f16 256
 RATIO = {"turbo3": 50 / 256, "turbo2": 34 / 256}
 
@@ -144,10 +145,10 @@ def test_type_ids_by_name_come_from_the_built_ggml_h(wheel):
         assert turbo_llama.kv_type(name.lower()) == i
     assert turbo_llama.kv_type("f16") == 1 and turbo_llama.kv_type("q8_0") == types["Q8_0"]
     # llama_cpp knows the same ids, and the library it loads names them so
-    r = run_py("import json, llama_cpp, llama_cpp.llama_cpp as c\n"
+    r = run_py("import json, sys, llama_cpp, llama_cpp.llama_cpp as c\n"
                "c._lib.ggml_type_name.argtypes = [c.ctypes.c_int]; c._lib.ggml_type_name.restype = c.ctypes.c_char_p\n"
-               "print(json.dumps({n: [getattr(llama_cpp, 'GGML_TYPE_' + n), c._lib.ggml_type_name(i).decode()]"
-               f" for n, i in {turbo!r}.items()}))")
+               "print(json.dumps({n: [getattr(llama_cpp, 'GGML_TYPE_' + n), c._lib.ggml_type_name(i).decode()]\n"
+               "                  for n, i in json.loads(sys.argv[1]).items()}))", json.dumps(turbo))
     assert r.returncode == 0, r.stderr[-3000:]
     got = json.loads(r.stdout)
     assert got == {n: [i, n.lower()] for n, i in turbo.items()}
@@ -243,11 +244,11 @@ def _free_port() -> int:
 
 @pytest.fixture(scope="session")
 def server_extras(wheel):
-    """llama-cpp-python's [server] extras from PyPI, for the installed wheel."""
-    r = subprocess.run([sys.executable, "-m", "pip", "install", "-q", "--disable-pip-version-check",
-                        f"{wheel.wheel}[server]"], text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                       timeout=900)
-    assert r.returncode == 0, r.stdout[-3000:]
+    """llama-cpp-python's [server] extras from PyPI, installed by `build --python --extra server`."""
+    res = W.build_wheel(BuildOptions(jobs=THREADS, progress=False), python=sys.executable, extras=("server",))
+    assert not res.built and res.installed == "installed"
+    r = run_py("import fastapi, uvicorn, pydantic_settings, sse_starlette, starlette_context")
+    assert r.returncode == 0, r.stderr[-3000:]
 
 
 def test_server_serves_completions_with_turbo_types(server_extras, generations, model_path, tmp_path):

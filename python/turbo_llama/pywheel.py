@@ -298,9 +298,9 @@ def _run_pip_wheel(cmd: list[str], log: Path, env: dict, progress: bool) -> int:
 
 
 def build_wheel(opts: BuildOptions | None = None, wheel_dir: Path | None = None,
-                install: bool = True, python: str | None = None) -> WheelResult:
-    """Build (or find in the cache) the wheel; then copy it to wheel_dir, or install it for
-    `python` (default: the active environment's interpreter)."""
+                install: bool = True, python: str | None = None, extras: tuple[str, ...] = ()) -> WheelResult:
+    """Build (or find in the cache) the wheel; then copy it to wheel_dir, or install it (with the
+    llama-cpp-python `extras`, e.g. "server") for `python` (default: the active environment's)."""
     opts = opts or BuildOptions()
     nvcc = None
     if opts.cuda:
@@ -322,7 +322,7 @@ def build_wheel(opts: BuildOptions | None = None, wheel_dir: Path | None = None,
         res.copied_to = copy_wheel(res.wheel, Path(wheel_dir))
     elif install:
         res.python = python or target_python()
-        res.installed = install_wheel(res.wheel, res.version, res.python)
+        res.installed = install_wheel(res.wheel, res.version, res.python, extras)
     return res
 
 
@@ -422,13 +422,15 @@ def copy_wheel(wheel: Path, wheel_dir: Path) -> Path:
     return dst
 
 
-def install_wheel(wheel: Path, version: str, python: str) -> str:
+def install_wheel(wheel: Path, version: str, python: str, extras: tuple[str, ...] = ()) -> str:
     dist = wheel.name.split("-", 1)[0]
-    if installed_version(python, dist) == version:
+    if installed_version(python, dist) == version and not extras:
         _say(f"[4/4 install] {dist} {version} is already installed for {python}")
         return "already installed"
-    _say(f"[4/4 install] {wheel.name} -> {python} (its dependencies from PyPI where missing)")
-    r = subprocess.run([python, "-m", "pip", "install", "--disable-pip-version-check", str(wheel)],
+    req = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
+    _say(f"[4/4 install] {wheel.name}{'[' + ','.join(extras) + ']' if extras else ''} -> {python} "
+         f"(its dependencies from PyPI where missing)")
+    r = subprocess.run([python, "-m", "pip", "install", "--disable-pip-version-check", req],
                        text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     if r.returncode != 0:
         tail = "\n".join(r.stdout.strip().splitlines()[-15:])
