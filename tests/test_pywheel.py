@@ -7,7 +7,6 @@ a crash is a failed assertion with the child's output, not a dead test run.
 from __future__ import annotations
 
 import json
-import os
 import re
 import socket
 import subprocess
@@ -15,7 +14,6 @@ import sys
 import time
 import urllib.request
 import zipfile
-from pathlib import Path
 
 import pytest
 

@@ -4,14 +4,13 @@ from __future__ import annotations
 
 import dataclasses
 import re
-from pathlib import Path
 
 import pytest
 
 from turbo_llama import pywheel as W
 from turbo_llama.build import BuildOptions, cmake_args
 from turbo_llama.ggml_types import kv_type, parse_ggml_types
-from turbo_llama.source import load_pin, series_patches
+from turbo_llama.source import load_pin
 
 HEADER = """
     // NOTE: always add types at the end of the enum to keep backward compatibility
