@@ -15,6 +15,19 @@ def __getattr__(name):
         if _turbo.BLOCK_SIZE != BLOCK_SIZE:
             raise ImportError(f"turbo_llama._turbo has block size {_turbo.BLOCK_SIZE}, expected {BLOCK_SIZE}")
         return getattr(_turbo, name)
+    if name == "kv_type":
+        from .ggml_types import kv_type
+        return kv_type
+    if name.startswith("GGML_TYPE_"):
+        # the ids of the built tree's ggml.h (turbo_llama.ggml_types), e.g. GGML_TYPE_TURBO3
+        from .errors import ToolkitError
+        from .ggml_types import ggml_types
+        try:
+            types = ggml_types()
+        except ToolkitError as e:
+            raise AttributeError(f"turbo_llama.{name}: {e.message}") from None
+        if name[len("GGML_TYPE_"):] in types:
+            return types[name[len("GGML_TYPE_"):]]
     raise AttributeError(f"module 'turbo_llama' has no attribute {name!r}")
 
 
@@ -23,4 +36,4 @@ TYPES = {
     "turbo2": {"block_size": BLOCK_SIZE, "type_size": 34, "bits_per_value": 34 * 8 / BLOCK_SIZE},
 }
 
-__all__ = ["TYPES", "BLOCK_SIZE", "quantize", "dequantize", "rotate", "unrotate", "__version__"]
+__all__ = ["TYPES", "BLOCK_SIZE", "kv_type", "quantize", "dequantize", "rotate", "unrotate", "__version__"]

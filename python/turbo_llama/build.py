@@ -500,9 +500,30 @@ import click  # noqa: E402
 @click.option("--no-native", is_flag=True, help="Portable binaries (GGML_NATIVE=OFF).")
 @click.option("--amx", is_flag=True, help="Keep upstream's AMX matmul in native x86 builds (off by default: it crashed at this pin).")
 @click.option("--cmake-arg", "extra", multiple=True, help="Extra cmake argument (repeatable).")
-def build_command(cuda, cuda_arch, jobs, build_dir, prefix, llama_src, no_install, targets, no_native, amx, extra):
+@click.option("--python", "python_wheel", is_flag=True,
+              help="Build the llama-cpp-python wheel (the pinned sdist) on the patched tree instead, and "
+                   "install it into the active environment.")
+@click.option("--wheel-dir", type=click.Path(path_type=Path), default=None,
+              help="With --python: write the wheel into DIR instead of installing it.")
+@click.option("--extra", "extras", multiple=True,
+              help="With --python: also install these extras of llama-cpp-python (e.g. server).")
+def build_command(cuda, cuda_arch, jobs, build_dir, prefix, llama_src, no_install, targets, no_native, amx, extra,
+                  python_wheel, wheel_dir, extras):
     """Prepare the patched llama.cpp, build its tools and install them."""
     t0 = time.time()
+    if (wheel_dir or extras) and not python_wheel:
+        raise click.UsageError("--wheel-dir and --extra go with --python")
+    if python_wheel:
+        if build_dir or prefix or targets:
+            raise click.UsageError("--python builds the wheel only: --build-dir, --prefix and --target do not apply")
+        from .pywheel import build_wheel
+        r = build_wheel(BuildOptions(cuda=cuda, cuda_arch=cuda_arch, jobs=jobs, llama_src=llama_src,
+                                     native=not no_native, amx=amx, extra_cmake=tuple(extra)),
+                        wheel_dir=wheel_dir, install=not no_install, extras=tuple(extras))
+        where = r.copied_to or (f"installed for {r.python}" if r.installed else r.wheel)
+        click.echo(f"{r.wheel.name} ({'CUDA' if cuda else 'CPU'}) in {time.time() - t0:.0f} s"
+                   f"{'' if r.built else ' (nothing rebuilt)'}: {where}")
+        return
     r = build(BuildOptions(cuda=cuda, cuda_arch=cuda_arch, jobs=jobs, build_dir=build_dir, prefix=prefix,
                            llama_src=llama_src, install=not no_install, targets=list(targets) or None,
                            native=not no_native, amx=amx, extra_cmake=tuple(extra)))
