@@ -499,8 +499,8 @@ TURBO_AVX2_FN static inline __attribute__((always_inline)) void turbo_dot4_avx2(
     }
 }
 
-TURBO_AVX2_FN static void turbo_dot_rotated_multi_avx2(int bits, const uint8_t * blocks, size_t bs, const float * q_rot,
-        int64_t q_stride, int nq, float * out, int64_t nb) {
+TURBO_AVX2_FN static inline __attribute__((always_inline)) void turbo_dot_multi_avx2_bits(int bits, const uint8_t * blocks,
+        size_t bs, const float * q_rot, int64_t q_stride, int nq, float * out, int64_t nb) {
     for (int h0 = 0; h0 < nq; h0 += 4) {
         const float * q = q_rot + h0*q_stride;
         switch (nq - h0) {
@@ -532,8 +532,8 @@ TURBO_AVX2_FN static inline __attribute__((always_inline)) void turbo_mad4_avx2(
     }
 }
 
-TURBO_AVX2_FN static void turbo_mad_rotated_multi_avx2(int bits, const uint8_t * blocks, size_t bs, float * acc_rot,
-        int64_t acc_stride, const float * w, int nq, int64_t nb) {
+TURBO_AVX2_FN static inline __attribute__((always_inline)) void turbo_mad_multi_avx2_bits(int bits, const uint8_t * blocks,
+        size_t bs, float * acc_rot, int64_t acc_stride, const float * w, int nq, int64_t nb) {
     for (int h0 = 0; h0 < nq; h0 += 4) {
         float * a = acc_rot + h0*acc_stride;
         switch (nq - h0) {
@@ -542,6 +542,26 @@ TURBO_AVX2_FN static void turbo_mad_rotated_multi_avx2(int bits, const uint8_t *
             case 3:  turbo_mad4_avx2(bits, blocks, bs, a, acc_stride, w + h0, 3, nb); break;
             default: turbo_mad4_avx2(bits, blocks, bs, a, acc_stride, w + h0, 4, nb); break;
         }
+    }
+}
+
+// one copy of the loops per code width, so that every test of bits above folds away (turbo3 and turbo2 run the
+// same instructions as before turbo4 existed)
+TURBO_AVX2_FN static void turbo_dot_rotated_multi_avx2(int bits, const uint8_t * blocks, size_t bs, const float * q_rot,
+        int64_t q_stride, int nq, float * out, int64_t nb) {
+    switch (bits) {
+        case 4:  turbo_dot_multi_avx2_bits(4, blocks, bs, q_rot, q_stride, nq, out, nb); break;
+        case 3:  turbo_dot_multi_avx2_bits(3, blocks, bs, q_rot, q_stride, nq, out, nb); break;
+        default: turbo_dot_multi_avx2_bits(2, blocks, bs, q_rot, q_stride, nq, out, nb); break;
+    }
+}
+
+TURBO_AVX2_FN static void turbo_mad_rotated_multi_avx2(int bits, const uint8_t * blocks, size_t bs, float * acc_rot,
+        int64_t acc_stride, const float * w, int nq, int64_t nb) {
+    switch (bits) {
+        case 4:  turbo_mad_multi_avx2_bits(4, blocks, bs, acc_rot, acc_stride, w, nq, nb); break;
+        case 3:  turbo_mad_multi_avx2_bits(3, blocks, bs, acc_rot, acc_stride, w, nq, nb); break;
+        default: turbo_mad_multi_avx2_bits(2, blocks, bs, acc_rot, acc_stride, w, nq, nb); break;
     }
 }
 #endif
