@@ -1,4 +1,4 @@
-// turbo3 / turbo2 reference implementation. The format is described in ggml-turbo.h.
+// turbo4 / turbo3 / turbo2 reference implementation. The format is described in ggml-turbo.h.
 //
 // Every floating-point step of the encoder has a fixed order (butterflies, pairwise trees),
 // so that the CUDA encoder (cuda/turbo-quant.cuh) can reproduce the bytes exactly.
@@ -225,6 +225,21 @@ static void turbo_pack_high(const uint8_t * codes, uint8_t * qh) {
     }
 }
 
+// turbo4: one nibble per code, code i in byte i/2 (even i in the low nibble)
+static void turbo_pack_nibbles(const uint8_t * codes, uint8_t * qs) {
+    for (int j = 0; j < QK_TURBO/2; j++) {
+        qs[j] = (uint8_t) ((codes[2*j] & 15) | ((codes[2*j+1] & 15) << 4));
+    }
+}
+
+void quantize_row_turbo4_ref(const float * x, block_turbo4 * y, int64_t k) {
+    uint8_t codes[QK_TURBO];
+    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
+        y[ib].norm = turbo_encode_block(x + ib*QK_TURBO, codes, turbo4_centroids, turbo4_boundaries, 15);
+        turbo_pack_nibbles(codes, y[ib].qs);
+    }
+}
+
 void quantize_row_turbo3_ref(const float * x, block_turbo3 * y, int64_t k) {
     uint8_t codes[QK_TURBO];
     for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
@@ -260,6 +275,15 @@ size_t quantize_turbo2(const float * src, void * dst, int64_t nrows, int64_t n_p
     return (size_t) nrows * row_size;
 }
 
+size_t quantize_turbo4(const float * src, void * dst, int64_t nrows, int64_t n_per_row, const float * imatrix) {
+    (void) imatrix;
+    const size_t row_size = (size_t) (n_per_row / QK_TURBO) * sizeof(block_turbo4);
+    for (int64_t r = 0; r < nrows; r++) {
+        quantize_row_turbo4_ref(src + r*n_per_row, (block_turbo4 *) ((char *) dst + r*row_size), n_per_row);
+    }
+    return (size_t) nrows * row_size;
+}
+
 // ---- decoder ------------------------------------------------------------------------------
 
 static inline int turbo3_code(const uint8_t * qs, int i) {
@@ -268,6 +292,19 @@ static inline int turbo3_code(const uint8_t * qs, int i) {
 
 static inline int turbo2_code(const uint8_t * qs, int i) {
     return (qs[i >> 2] >> (2*(i & 3))) & 3;
+}
+
+static inline int turbo4_code(const uint8_t * qs, int i) {
+    return (qs[i >> 1] >> (4*(i & 1))) & 15;
+}
+
+// code i of a block's qs for a type of the given bits (4, 3 or 2)
+static inline int turbo_code(int bits, const uint8_t * qs, int i) {
+    return bits == 3 ? turbo3_code(qs, i) : bits == 4 ? turbo4_code(qs, i) : turbo2_code(qs, i);
+}
+
+static inline const float * turbo_centroids(int bits) {
+    return bits == 3 ? turbo3_centroids : bits == 4 ? turbo4_centroids : turbo2_centroids;
 }
 
 // c vector of one block in the rotated domain, times scale.
@@ -280,6 +317,12 @@ static void turbo3_centroid_vector(const block_turbo3 * b, float scale, float * 
 static void turbo2_centroid_vector(const block_turbo2 * b, float scale, float * v) {
     for (int i = 0; i < QK_TURBO; i++) {
         v[i] = turbo2_centroids[turbo2_code(b->qs, i)] * scale;
+    }
+}
+
+static void turbo4_centroid_vector(const block_turbo4 * b, float scale, float * v) {
+    for (int i = 0; i < QK_TURBO; i++) {
+        v[i] = turbo4_centroids[turbo4_code(b->qs, i)] * scale;
     }
 }
 
@@ -304,20 +347,33 @@ void dequantize_row_turbo2(const block_turbo2 * x, float * y, int64_t k) {
     }
 }
 
+void dequantize_row_turbo4(const block_turbo4 * x, float * y, int64_t k) {
+    for (int64_t ib = 0; ib < k / QK_TURBO; ib++) {
+        const float scale = turbo_fp16_to_fp32(x[ib].norm) * TURBO_INV_SQRT_QK;
+        turbo4_centroid_vector(&x[ib], scale, y + ib*QK_TURBO);
+        turbo_unrotate_block(y + ib*QK_TURBO);
+    }
+}
+
 // ---- validation ---------------------------------------------------------------------------
+
+int64_t turbo_first_invalid_block(const void * data, int64_t nblocks, size_t block_size) {
+    const uint8_t * p = (const uint8_t *) data;
+    for (int64_t ib = 0; ib < nblocks; ib++) {
+        uint16_t h;
+        memcpy(&h, p + ib*block_size, sizeof(h));
+        if ((h & 0x7c00u) == 0x7c00u || (h & 0x8000u)) {   // Inf/NaN or negative
+            return ib;
+        }
+    }
+    return -1;
+}
 
 static bool turbo_validate_norms(const uint8_t * p, size_t nbytes, size_t block_size) {
     if (nbytes % block_size != 0) {
         return false;
     }
-    for (size_t off = 0; off < nbytes; off += block_size) {
-        uint16_t h;
-        memcpy(&h, p + off, sizeof(h));
-        if ((h & 0x7c00u) == 0x7c00u || (h & 0x8000u)) {   // Inf/NaN or negative
-            return false;
-        }
-    }
-    return true;
+    return turbo_first_invalid_block(p, (int64_t) (nbytes / block_size), block_size) < 0;
 }
 
 bool turbo3_validate_row(const void * data, size_t nbytes) {
@@ -326,6 +382,10 @@ bool turbo3_validate_row(const void * data, size_t nbytes) {
 
 bool turbo2_validate_row(const void * data, size_t nbytes) {
     return turbo_validate_norms((const uint8_t *) data, nbytes, sizeof(block_turbo2));
+}
+
+bool turbo4_validate_row(const void * data, size_t nbytes) {
+    return turbo_validate_norms((const uint8_t *) data, nbytes, sizeof(block_turbo4));
 }
 
 // ---- fused attention helpers --------------------------------------------------------------
@@ -369,6 +429,14 @@ TURBO_AVX2_FN static inline __m256i turbo3_codes8(const uint8_t * qs, int j) {
     return _mm256_or_si256(turbo_low_codes8(qs, j), _mm256_slli_epi32(hi, 2));
 }
 
+// turbo4: values 8j..8j+7 are the 8 nibbles of bytes 4j..4j+3
+TURBO_AVX2_FN static inline __m256i turbo4_codes8(const uint8_t * qs, int j) {
+    const __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+    uint32_t w;
+    memcpy(&w, qs + 4*j, sizeof(w));
+    return _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32((int) w), shifts), _mm256_set1_epi32(15));
+}
+
 TURBO_AVX2_FN static inline float turbo_hsum(__m256 v) {
     __m128 s = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
     s = _mm_add_ps(s, _mm_movehl_ps(s, s));
@@ -376,15 +444,32 @@ TURBO_AVX2_FN static inline float turbo_hsum(__m256 v) {
     return _mm_cvtss_f32(s);
 }
 
-// bits 3: the 8 centroids; bits 2: the 4 centroids twice (a 2-bit code never reaches lanes 4-7)
+// bits 3: the 8 centroids; bits 2: the 4 centroids twice (a 2-bit code never reaches lanes 4-7); bits 4: centroids
+// 0-7 (turbo_table8_hi has 8-15)
 TURBO_AVX2_FN static inline __m256 turbo_table8(int bits) {
     return bits == 3 ? _mm256_loadu_ps(turbo3_centroids)
+         : bits == 4 ? _mm256_loadu_ps(turbo4_centroids)
                      : _mm256_setr_ps(turbo2_centroids[0], turbo2_centroids[1], turbo2_centroids[2], turbo2_centroids[3],
                                       turbo2_centroids[0], turbo2_centroids[1], turbo2_centroids[2], turbo2_centroids[3]);
 }
 
+// the centroids of codes 8-15 (turbo4 only; never looked up for the other types)
+TURBO_AVX2_FN static inline __m256 turbo_table8_hi(int bits) {
+    return bits == 4 ? _mm256_loadu_ps(turbo4_centroids + 8) : _mm256_setzero_ps();
+}
+
 TURBO_AVX2_FN static inline __m256i turbo_codes8(int bits, const uint8_t * qs, int j) {
-    return bits == 3 ? turbo3_codes8(qs, j) : turbo_low_codes8(qs, j);
+    return bits == 3 ? turbo3_codes8(qs, j) : bits == 4 ? turbo4_codes8(qs, j) : turbo_low_codes8(qs, j);
+}
+
+// the 8 lanes' centroids (scaled tables give the scaled centroids: a permute does not round). A permute
+// reads 3 bits of the index, so a 4-bit code picks from lo or hi by its bit 3 (shifted into the sign bit).
+TURBO_AVX2_FN static inline __m256 turbo_lookup8(int bits, __m256 lo, __m256 hi, __m256i codes) {
+    const __m256 c = _mm256_permutevar8x32_ps(lo, codes);
+    if (bits != 4) {
+        return c;
+    }
+    return _mm256_blendv_ps(c, _mm256_permutevar8x32_ps(hi, codes), _mm256_castsi256_ps(_mm256_slli_epi32(codes, 28)));
 }
 
 // The nq query heads that share a KV head (GQA; one head is nq = 1), from one decode of each block's codes (per
@@ -393,12 +478,13 @@ TURBO_AVX2_FN static inline __m256i turbo_codes8(int bits, const uint8_t * qs, i
 TURBO_AVX2_FN static inline __attribute__((always_inline)) void turbo_dot4_avx2(int bits, const uint8_t * blocks, size_t bs,
         const float * q_rot, int64_t q_stride, const int n, float * out, int64_t nb) {
     const __m256 table = turbo_table8(bits);
+    const __m256 table_hi = turbo_table8_hi(bits);
     float sum[4] = {0.0f, 0.0f, 0.0f, 0.0f};
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t * b = blocks + ib*bs;
         __m256 acc[4] = {_mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps(), _mm256_setzero_ps()};
         for (int j = 0; j < QK_TURBO/8; j++) {
-            const __m256 c = _mm256_permutevar8x32_ps(table, turbo_codes8(bits, b + 2, j));
+            const __m256 c = turbo_lookup8(bits, table, table_hi, turbo_codes8(bits, b + 2, j));
             for (int h = 0; h < n; h++) {
                 acc[h] = _mm256_fmadd_ps(c, _mm256_loadu_ps(q_rot + h*q_stride + ib*QK_TURBO + 8*j), acc[h]);
             }
@@ -413,8 +499,8 @@ TURBO_AVX2_FN static inline __attribute__((always_inline)) void turbo_dot4_avx2(
     }
 }
 
-TURBO_AVX2_FN static void turbo_dot_rotated_multi_avx2(int bits, const uint8_t * blocks, size_t bs, const float * q_rot,
-        int64_t q_stride, int nq, float * out, int64_t nb) {
+TURBO_AVX2_FN static inline __attribute__((always_inline)) void turbo_dot_multi_avx2_bits(int bits, const uint8_t * blocks,
+        size_t bs, const float * q_rot, int64_t q_stride, int nq, float * out, int64_t nb) {
     for (int h0 = 0; h0 < nq; h0 += 4) {
         const float * q = q_rot + h0*q_stride;
         switch (nq - h0) {
@@ -431,22 +517,23 @@ TURBO_AVX2_FN static inline __attribute__((always_inline)) void turbo_mad4_avx2(
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t * b = blocks + ib*bs;
         const float norm = turbo_block_norm(b);
-        __m256 table[4];
+        __m256 table[4], table_hi[4];
         for (int h = 0; h < n; h++) {
-            table[h] = _mm256_mul_ps(turbo_table8(bits), _mm256_set1_ps(w[h] * norm));
+            table[h]    = _mm256_mul_ps(turbo_table8(bits), _mm256_set1_ps(w[h] * norm));
+            table_hi[h] = _mm256_mul_ps(turbo_table8_hi(bits), _mm256_set1_ps(w[h] * norm));
         }
         for (int j = 0; j < QK_TURBO/8; j++) {
             const __m256i codes = turbo_codes8(bits, b + 2, j);
             for (int h = 0; h < n; h++) {
                 float * a = acc_rot + h*acc_stride + ib*QK_TURBO + 8*j;
-                _mm256_storeu_ps(a, _mm256_add_ps(_mm256_loadu_ps(a), _mm256_permutevar8x32_ps(table[h], codes)));
+                _mm256_storeu_ps(a, _mm256_add_ps(_mm256_loadu_ps(a), turbo_lookup8(bits, table[h], table_hi[h], codes)));
             }
         }
     }
 }
 
-TURBO_AVX2_FN static void turbo_mad_rotated_multi_avx2(int bits, const uint8_t * blocks, size_t bs, float * acc_rot,
-        int64_t acc_stride, const float * w, int nq, int64_t nb) {
+TURBO_AVX2_FN static inline __attribute__((always_inline)) void turbo_mad_multi_avx2_bits(int bits, const uint8_t * blocks,
+        size_t bs, float * acc_rot, int64_t acc_stride, const float * w, int nq, int64_t nb) {
     for (int h0 = 0; h0 < nq; h0 += 4) {
         float * a = acc_rot + h0*acc_stride;
         switch (nq - h0) {
@@ -455,6 +542,26 @@ TURBO_AVX2_FN static void turbo_mad_rotated_multi_avx2(int bits, const uint8_t *
             case 3:  turbo_mad4_avx2(bits, blocks, bs, a, acc_stride, w + h0, 3, nb); break;
             default: turbo_mad4_avx2(bits, blocks, bs, a, acc_stride, w + h0, 4, nb); break;
         }
+    }
+}
+
+// one copy of the loops per code width, so that every test of bits above folds away (turbo3 and turbo2 run the
+// same instructions as before turbo4 existed)
+TURBO_AVX2_FN static void turbo_dot_rotated_multi_avx2(int bits, const uint8_t * blocks, size_t bs, const float * q_rot,
+        int64_t q_stride, int nq, float * out, int64_t nb) {
+    switch (bits) {
+        case 4:  turbo_dot_multi_avx2_bits(4, blocks, bs, q_rot, q_stride, nq, out, nb); break;
+        case 3:  turbo_dot_multi_avx2_bits(3, blocks, bs, q_rot, q_stride, nq, out, nb); break;
+        default: turbo_dot_multi_avx2_bits(2, blocks, bs, q_rot, q_stride, nq, out, nb); break;
+    }
+}
+
+TURBO_AVX2_FN static void turbo_mad_rotated_multi_avx2(int bits, const uint8_t * blocks, size_t bs, float * acc_rot,
+        int64_t acc_stride, const float * w, int nq, int64_t nb) {
+    switch (bits) {
+        case 4:  turbo_mad_multi_avx2_bits(4, blocks, bs, acc_rot, acc_stride, w, nq, nb); break;
+        case 3:  turbo_mad_multi_avx2_bits(3, blocks, bs, acc_rot, acc_stride, w, nq, nb); break;
+        default: turbo_mad_multi_avx2_bits(2, blocks, bs, acc_rot, acc_stride, w, nq, nb); break;
     }
 }
 #endif
@@ -468,7 +575,7 @@ static void turbo_dot_rotated_multi(int bits, const uint8_t * blocks, size_t bs,
         return;
     }
 #endif
-    const float * cent = bits == 3 ? turbo3_centroids : turbo2_centroids;
+    const float * cent = turbo_centroids(bits);
     for (int h = 0; h < nq; h++) {
         out[h] = 0.0f;
     }
@@ -476,7 +583,7 @@ static void turbo_dot_rotated_multi(int bits, const uint8_t * blocks, size_t bs,
         const uint8_t * b = blocks + ib*bs;
         float acc[TURBO_MAX_GQA] = {0};
         for (int i = 0; i < QK_TURBO; i++) {
-            const float c = cent[bits == 3 ? turbo3_code(b + 2, i) : turbo2_code(b + 2, i)];
+            const float c = cent[turbo_code(bits, b + 2, i)];
             for (int h = 0; h < nq; h++) {
                 acc[h] += q_rot[h*q_stride + ib*QK_TURBO + i] * c;
             }
@@ -496,7 +603,7 @@ static void turbo_mad_rotated_multi(int bits, const uint8_t * blocks, size_t bs,
         return;
     }
 #endif
-    const float * cent = bits == 3 ? turbo3_centroids : turbo2_centroids;
+    const float * cent = turbo_centroids(bits);
     for (int64_t ib = 0; ib < nb; ib++) {
         const uint8_t * b = blocks + ib*bs;
         const float norm = turbo_block_norm(b);
@@ -505,7 +612,7 @@ static void turbo_mad_rotated_multi(int bits, const uint8_t * blocks, size_t bs,
             s[h] = w[h] * norm;
         }
         for (int i = 0; i < QK_TURBO; i++) {
-            const float c = cent[bits == 3 ? turbo3_code(b + 2, i) : turbo2_code(b + 2, i)];
+            const float c = cent[turbo_code(bits, b + 2, i)];
             for (int h = 0; h < nq; h++) {
                 acc_rot[h*acc_stride + ib*QK_TURBO + i] += s[h] * c;
             }
@@ -532,6 +639,10 @@ float turbo2_dot_rotated(const block_turbo2 * x, const float * q_rot, int64_t k)
     return turbo_dot_rotated(2, (const uint8_t *) x, sizeof(block_turbo2), q_rot, k / QK_TURBO);
 }
 
+float turbo4_dot_rotated(const block_turbo4 * x, const float * q_rot, int64_t k) {
+    return turbo_dot_rotated(4, (const uint8_t *) x, sizeof(block_turbo4), q_rot, k / QK_TURBO);
+}
+
 void turbo3_mad_rotated(const block_turbo3 * x, float * acc_rot, float w, int64_t k) {
     turbo_mad_rotated(3, (const uint8_t *) x, sizeof(block_turbo3), acc_rot, w, k / QK_TURBO);
 }
@@ -540,19 +651,27 @@ void turbo2_mad_rotated(const block_turbo2 * x, float * acc_rot, float w, int64_
     turbo_mad_rotated(2, (const uint8_t *) x, sizeof(block_turbo2), acc_rot, w, k / QK_TURBO);
 }
 
+void turbo4_mad_rotated(const block_turbo4 * x, float * acc_rot, float w, int64_t k) {
+    turbo_mad_rotated(4, (const uint8_t *) x, sizeof(block_turbo4), acc_rot, w, k / QK_TURBO);
+}
+
 void turbo_dot_rotated_gqa(int bits, const void * x, const float * q_rot, int64_t q_stride, int nq, float * out, int64_t k) {
-    assert(nq >= 1 && nq <= TURBO_MAX_GQA && (bits == 3 || bits == 2));
+    assert(nq >= 1 && nq <= TURBO_MAX_GQA && (bits == 4 || bits == 3 || bits == 2));
     if (bits == 3) {
         turbo_dot_rotated_multi(3, (const uint8_t *) x, sizeof(block_turbo3), q_rot, q_stride, nq, out, k / QK_TURBO);
+    } else if (bits == 4) {
+        turbo_dot_rotated_multi(4, (const uint8_t *) x, sizeof(block_turbo4), q_rot, q_stride, nq, out, k / QK_TURBO);
     } else {
         turbo_dot_rotated_multi(2, (const uint8_t *) x, sizeof(block_turbo2), q_rot, q_stride, nq, out, k / QK_TURBO);
     }
 }
 
 void turbo_mad_rotated_gqa(int bits, const void * x, float * acc_rot, int64_t acc_stride, const float * w, int nq, int64_t k) {
-    assert(nq >= 1 && nq <= TURBO_MAX_GQA && (bits == 3 || bits == 2));
+    assert(nq >= 1 && nq <= TURBO_MAX_GQA && (bits == 4 || bits == 3 || bits == 2));
     if (bits == 3) {
         turbo_mad_rotated_multi(3, (const uint8_t *) x, sizeof(block_turbo3), acc_rot, acc_stride, w, nq, k / QK_TURBO);
+    } else if (bits == 4) {
+        turbo_mad_rotated_multi(4, (const uint8_t *) x, sizeof(block_turbo4), acc_rot, acc_stride, w, nq, k / QK_TURBO);
     } else {
         turbo_mad_rotated_multi(2, (const uint8_t *) x, sizeof(block_turbo2), acc_rot, acc_stride, w, nq, k / QK_TURBO);
     }
@@ -584,6 +703,20 @@ void ggml_vec_dot_turbo2_f32(int n, float * s, size_t bs, const void * vx, size_
         memcpy(q, y + ib*QK_TURBO, sizeof(q));
         turbo_rotate_forward(q, QK_TURBO);
         sum += turbo2_dot_rotated(x + ib, q, QK_TURBO);
+    }
+    *s = sum;
+}
+
+void ggml_vec_dot_turbo4_f32(int n, float * s, size_t bs, const void * vx, size_t bx, const void * vy, size_t by, int nrc) {
+    (void) bs; (void) bx; (void) by; (void) nrc;
+    const block_turbo4 * x = (const block_turbo4 *) vx;
+    const float * y = (const float *) vy;
+    float q[QK_TURBO];
+    float sum = 0.0f;
+    for (int ib = 0; ib < n / QK_TURBO; ib++) {
+        memcpy(q, y + ib*QK_TURBO, sizeof(q));
+        turbo_rotate_forward(q, QK_TURBO);
+        sum += turbo4_dot_rotated(x + ib, q, QK_TURBO);
     }
     *s = sum;
 }

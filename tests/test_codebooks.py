@@ -29,7 +29,7 @@ def test_header_matches_script(regenerated):
     checked_in = arrays(HEADER.read_text())
     fresh = arrays(regenerated)
     assert set(checked_in) == {"turbo_sign_words", "turbo3_centroids", "turbo3_boundaries",
-                               "turbo2_centroids", "turbo2_boundaries"}
+                               "turbo2_centroids", "turbo2_boundaries", "turbo4_centroids", "turbo4_boundaries"}
     assert checked_in.keys() == fresh.keys()
     assert checked_in["turbo_sign_words"] == fresh["turbo_sign_words"]
     for name in checked_in:
@@ -43,8 +43,10 @@ def test_codebooks_are_lloyd_max_optima(regenerated):
     # Lloyd-Max optimum for the exact coordinate law at d=128 (DEVELOPERS.md: 0.0340 / 0.116)
     assert float(mse["3"]) == pytest.approx(0.0340, abs=0.0002)
     assert float(mse["2"]) == pytest.approx(0.116, abs=0.0005)
+    # 4 bits: below the Gaussian's 4-bit Lloyd-Max figure (0.009497) by about as much as 3 bits is (0.03454)
+    assert float(mse["4"]) == pytest.approx(0.00931, abs=0.00005)
     c = arrays(regenerated)
-    for bits in (3, 2):
+    for bits in (4, 3, 2):
         cent, bound = c[f"turbo{bits}_centroids"], c[f"turbo{bits}_boundaries"]
         assert len(cent) == 2 ** bits and cent == sorted(cent)
         assert all(abs(x + y) < 1e-9 for x, y in zip(cent, reversed(cent)))  # symmetric

@@ -19,6 +19,7 @@ import numpy as np
 SIGN_SEED = 0x747572626F  # "turbo" in ASCII: seed of the fixed random sign diagonal D
 GRID_POINTS = 2_000_001   # samples of f on [-1, 1]
 ITERATIONS = 2000         # fixed-point steps (converges long before)
+BITS = (3, 2, 4)          # turbo3, turbo2, turbo4 (the order of the header's tables)
 
 
 def density(dim):
@@ -87,7 +88,7 @@ def render(dim):
         "};",
         "",
     ]
-    for bits in (3, 2):
+    for bits in BITS:
         c, b, mse = lloyd_max(y, f, 2 ** bits)
         out.append("// %d bits: mse x dim = %.6f" % (bits, mse * dim))
         out.append("#define TURBO%d_MSE_X_DIM %.6f" % (bits, mse * dim))

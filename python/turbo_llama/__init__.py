@@ -1,6 +1,9 @@
-"""turbo-llama: TurboQuant KV-cache types (turbo3, turbo2) for llama.cpp.
+"""turbo-llama: TurboQuant KV-cache types (turbo4, turbo3, turbo2) for llama.cpp.
 
 The quantizer below is the C reference in cpu_ref/, the same code that goes into ggml.
+dequantize(q, type, invalid="raise"): a block whose FP16 norm is NaN, Inf or negative (never written by
+quantize, rejected by ggml's validate_row_data) raises ValueError naming the first such block;
+invalid="zero" decodes such blocks as zeros. Valid blocks always decode to finite values.
 """
 __version__ = "0.1.0"
 
@@ -32,6 +35,7 @@ def __getattr__(name):
 
 
 TYPES = {
+    "turbo4": {"block_size": BLOCK_SIZE, "type_size": 66, "bits_per_value": 66 * 8 / BLOCK_SIZE},
     "turbo3": {"block_size": BLOCK_SIZE, "type_size": 50, "bits_per_value": 50 * 8 / BLOCK_SIZE},
     "turbo2": {"block_size": BLOCK_SIZE, "type_size": 34, "bits_per_value": 34 * 8 / BLOCK_SIZE},
 }

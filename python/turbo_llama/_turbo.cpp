@@ -2,6 +2,7 @@
 #include <pybind11/numpy.h>
 #include <pybind11/pybind11.h>
 
+#include <cstdio>
 #include <cstring>
 #include <string>
 #include <vector>
@@ -25,8 +26,11 @@ void q3(const float * x, void * y, int64_t k) { quantize_row_turbo3_ref(x, (bloc
 void q2(const float * x, void * y, int64_t k) { quantize_row_turbo2_ref(x, (block_turbo2 *) y, k); }
 void d3(const void * x, float * y, int64_t k) { dequantize_row_turbo3((const block_turbo3 *) x, y, k); }
 void d2(const void * x, float * y, int64_t k) { dequantize_row_turbo2((const block_turbo2 *) x, y, k); }
+void q4(const float * x, void * y, int64_t k) { quantize_row_turbo4_ref(x, (block_turbo4 *) y, k); }
+void d4(const void * x, float * y, int64_t k) { dequantize_row_turbo4((const block_turbo4 *) x, y, k); }
 
 const TurboType kTypes[] = {
+    {"turbo4", (int64_t) sizeof(block_turbo4), q4, d4},
     {"turbo3", (int64_t) sizeof(block_turbo3), q3, d3},
     {"turbo2", (int64_t) sizeof(block_turbo2), q2, d2},
 };
@@ -37,7 +41,7 @@ const TurboType & lookup(const std::string & name) {
             return t;
         }
     }
-    throw py::value_error("unknown turbo type '" + name + "': expected 'turbo3' or 'turbo2'");
+    throw py::value_error("unknown turbo type '" + name + "': expected 'turbo4', 'turbo3' or 'turbo2'");
 }
 
 // The array must already be an ndarray of the right dtype: no silent casts from other dtypes.
@@ -83,8 +87,13 @@ py::array quantize(const py::handle & obj, const std::string & type) {
     return std::move(out);
 }
 
-py::array dequantize(const py::handle & obj, const std::string & type) {
+// invalid: "raise" (ValueError naming the first block whose norm is NaN, Inf or negative) or "zero" (such blocks
+// decode to zeros); the rule of ggml_validate_row_data, see "Invalid blocks" in ggml-turbo.h
+py::array dequantize(const py::handle & obj, const std::string & type, const std::string & invalid) {
     const TurboType & t = lookup(type);
+    if (invalid != "raise" && invalid != "zero") {
+        throw py::value_error("dequantize: invalid must be 'raise' or 'zero', got '" + invalid + "'");
+    }
     py::array q = require(obj, py::dtype::of<uint8_t>(), "uint8", "dequantize");
     auto shape = shape_of(q);
     const int64_t nbytes = shape.back();
@@ -98,9 +107,26 @@ py::array dequantize(const py::handle & obj, const std::string & type) {
     py::array_t<float> out(shape);
     const uint8_t * src = static_cast<const uint8_t *>(q.data());
     float * dst = out.mutable_data();
+    const int64_t nblocks = total_bytes / t.type_size;
+    const int64_t bad = turbo_first_invalid_block(src, nblocks, (size_t) t.type_size);
+    if (bad >= 0 && invalid == "raise") {
+        uint16_t h;
+        std::memcpy(&h, src + bad*t.type_size, sizeof(h));
+        char norm[8];
+        std::snprintf(norm, sizeof(norm), "0x%04x", h);
+        throw py::value_error("dequantize: " + type + " block " + std::to_string(bad) + " (byte offset " +
+                              std::to_string(bad*t.type_size) + ") has an invalid norm " + norm +
+                              " (NaN, Inf or negative: never written by quantize, rejected by ggml's row "
+                              "validation); pass invalid='zero' to decode such blocks as zeros");
+    }
     {
         py::gil_scoped_release release;
-        t.dequantize(src, dst, total_bytes / t.type_size * QK_TURBO);
+        t.dequantize(src, dst, nblocks * QK_TURBO);
+        for (int64_t ib = bad; ib >= 0 && ib < nblocks; ib++) {   // invalid == "zero"
+            if (turbo_first_invalid_block(src + ib*t.type_size, 1, (size_t) t.type_size) == 0) {
+                std::memset(dst + ib*QK_TURBO, 0, QK_TURBO * sizeof(float));
+            }
+        }
     }
     return std::move(out);
 }
@@ -130,14 +156,19 @@ py::array rotate(const py::handle & obj, bool inverse) {
 }  // namespace
 
 PYBIND11_MODULE(_turbo, m) {
-    m.doc() = "turbo3/turbo2 KV-cache quantizer (cpu_ref/ggml-turbo.c)";
+    m.doc() = "turbo4/turbo3/turbo2 KV-cache quantizer (cpu_ref/ggml-turbo.c)";
     m.attr("BLOCK_SIZE") = QK_TURBO;
-    m.attr("TYPE_SIZES") = py::dict(py::arg("turbo3") = sizeof(block_turbo3), py::arg("turbo2") = sizeof(block_turbo2));
+    m.attr("TYPE_SIZES") = py::dict(py::arg("turbo4") = sizeof(block_turbo4), py::arg("turbo3") = sizeof(block_turbo3),
+                                    py::arg("turbo2") = sizeof(block_turbo2));
     m.def("quantize", &quantize, py::arg("x"), py::arg("type"),
           "Quantize float32 (..., n), n a multiple of 128, to uint8 (..., n/128*type_size).\n"
           "Non-contiguous input is copied first.");
-    m.def("dequantize", &dequantize, py::arg("q"), py::arg("type"),
-          "Inverse of quantize: uint8 (..., nbytes) to float32 (..., nbytes/type_size*128).");
+    m.def("dequantize", &dequantize, py::arg("q"), py::arg("type"), py::kw_only(), py::arg("invalid") = "raise",
+          "Inverse of quantize: uint8 (..., nbytes) to float32 (..., nbytes/type_size*128).\n"
+          "A block whose FP16 norm is NaN, Inf or negative (sign bit set) is invalid: quantize never writes one and\n"
+          "ggml's validate_row_data rejects it. invalid='raise' (default): ValueError naming the first such block\n"
+          "(its index over all blocks in C order and its byte offset); invalid='zero': such blocks decode to zeros.\n"
+          "Every valid block decodes to finite values, so random bytes never give NaN or Inf silently.");
     m.def("rotate", [](const py::handle & x) { return rotate(x, false); }, py::arg("x"),
           "The encoder's rotation H*D (orthonormal) applied to each 128-block of the last axis.");
     m.def("unrotate", [](const py::handle & x) { return rotate(x, true); }, py::arg("x"),

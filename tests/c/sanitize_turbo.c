@@ -35,25 +35,34 @@ int main(void) {
         float * y = malloc(sizeof(float) * k);
         block_turbo3 * q3 = malloc(sizeof(block_turbo3) * nblocks);
         block_turbo2 * q2 = malloc(sizeof(block_turbo2) * nblocks);
+        block_turbo4 * q4 = malloc(sizeof(block_turbo4) * nblocks);
         // random bytes, including Inf/NaN norms: decoding must stay in bounds
         for (size_t i = 0; i < sizeof(block_turbo3) * nblocks; i++) ((unsigned char *) q3)[i] = (unsigned char) rnd();
         for (size_t i = 0; i < sizeof(block_turbo2) * nblocks; i++) ((unsigned char *) q2)[i] = (unsigned char) rnd();
+        for (size_t i = 0; i < sizeof(block_turbo4) * nblocks; i++) ((unsigned char *) q4)[i] = (unsigned char) rnd();
         dequantize_row_turbo3(q3, y, k);
         dequantize_row_turbo2(q2, y, k);
+        dequantize_row_turbo4(q4, y, k);
         turbo3_validate_row(q3, sizeof(block_turbo3) * nblocks);
         turbo2_validate_row(q2, sizeof(block_turbo2) * nblocks);
+        turbo4_validate_row(q4, sizeof(block_turbo4) * nblocks);
         // hostile floats: encoding must never store a non-finite norm
         for (int i = 0; i < k; i++) x[i] = hostile();
         quantize_row_turbo3_ref(x, q3, k);
         quantize_row_turbo2_ref(x, q2, k);
+        quantize_row_turbo4_ref(x, q4, k);
         bad += !turbo3_validate_row(q3, sizeof(block_turbo3) * nblocks);
         bad += !turbo2_validate_row(q2, sizeof(block_turbo2) * nblocks);
+        bad += !turbo4_validate_row(q4, sizeof(block_turbo4) * nblocks);
+        dequantize_row_turbo4(q4, y, k);
+        for (int i = 0; i < k; i++) bad += !isfinite(y[i]);
         dequantize_row_turbo3(q3, y, k);
         for (int i = 0; i < k; i++) bad += !isfinite(y[i]);
         float s;
         ggml_vec_dot_turbo3_f32(k, &s, 0, q3, 0, y, 0, 1);
         ggml_vec_dot_turbo2_f32(k, &s, 0, q2, 0, y, 0, 1);
-        free(x); free(y); free(q3); free(q2);
+        ggml_vec_dot_turbo4_f32(k, &s, 0, q4, 0, y, 0, 1);
+        free(x); free(y); free(q3); free(q2); free(q4);
     }
     printf("sanitize_turbo: %s (%d bad)\n", bad ? "FAIL" : "ok", bad);
     return bad != 0;
