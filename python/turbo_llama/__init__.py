@@ -1,4 +1,4 @@
-"""turbo-llama: TurboQuant KV-cache types (turbo4, turbo3, turbo2) for llama.cpp.
+"""turbo-llama: TurboQuant KV-cache types (turbo4, turbo3, turbo2; their _64 forms for head_dim 64) for llama.cpp.
 
 The quantizer below is the C reference in cpu_ref/, the same code that goes into ggml.
 dequantize(q, type, invalid="raise"): a block whose FP16 norm is NaN, Inf or negative (never written by
@@ -38,6 +38,11 @@ TYPES = {
     "turbo4": {"block_size": BLOCK_SIZE, "type_size": 66, "bits_per_value": 66 * 8 / BLOCK_SIZE},
     "turbo3": {"block_size": BLOCK_SIZE, "type_size": 50, "bits_per_value": 50 * 8 / BLOCK_SIZE},
     "turbo2": {"block_size": BLOCK_SIZE, "type_size": 34, "bits_per_value": 34 * 8 / BLOCK_SIZE},
+    # 64-value blocks for head_dim 64 models (llama picks them for -ctk/-ctv turbo4/3/2 when a head is 64-multiple
+    # but not 128-multiple): the same codes, a 64-point rotation and d=64 codebooks, one FP16 norm per 64 values
+    "turbo4_64": {"block_size": 64, "type_size": 34, "bits_per_value": 34 * 8 / 64},
+    "turbo3_64": {"block_size": 64, "type_size": 26, "bits_per_value": 26 * 8 / 64},
+    "turbo2_64": {"block_size": 64, "type_size": 18, "bits_per_value": 18 * 8 / 64},
 }
 
 __all__ = ["TYPES", "BLOCK_SIZE", "kv_type", "quantize", "dequantize", "rotate", "unrotate", "__version__"]

@@ -17,6 +17,7 @@ namespace {
 
 struct TurboType {
     const char * name;
+    int64_t      block_size;   // values per block: QK_TURBO, or QK_TURBO_64 for the _64 types
     int64_t      type_size;
     void (*quantize)(const float *, void *, int64_t);
     void (*dequantize)(const void *, float *, int64_t);
@@ -28,11 +29,20 @@ void d3(const void * x, float * y, int64_t k) { dequantize_row_turbo3((const blo
 void d2(const void * x, float * y, int64_t k) { dequantize_row_turbo2((const block_turbo2 *) x, y, k); }
 void q4(const float * x, void * y, int64_t k) { quantize_row_turbo4_ref(x, (block_turbo4 *) y, k); }
 void d4(const void * x, float * y, int64_t k) { dequantize_row_turbo4((const block_turbo4 *) x, y, k); }
+void q3_64(const float * x, void * y, int64_t k) { quantize_row_turbo3_64_ref(x, (block_turbo3_64 *) y, k); }
+void q2_64(const float * x, void * y, int64_t k) { quantize_row_turbo2_64_ref(x, (block_turbo2_64 *) y, k); }
+void q4_64(const float * x, void * y, int64_t k) { quantize_row_turbo4_64_ref(x, (block_turbo4_64 *) y, k); }
+void d3_64(const void * x, float * y, int64_t k) { dequantize_row_turbo3_64((const block_turbo3_64 *) x, y, k); }
+void d2_64(const void * x, float * y, int64_t k) { dequantize_row_turbo2_64((const block_turbo2_64 *) x, y, k); }
+void d4_64(const void * x, float * y, int64_t k) { dequantize_row_turbo4_64((const block_turbo4_64 *) x, y, k); }
 
 const TurboType kTypes[] = {
-    {"turbo4", (int64_t) sizeof(block_turbo4), q4, d4},
-    {"turbo3", (int64_t) sizeof(block_turbo3), q3, d3},
-    {"turbo2", (int64_t) sizeof(block_turbo2), q2, d2},
+    {"turbo4", QK_TURBO, (int64_t) sizeof(block_turbo4), q4, d4},
+    {"turbo3", QK_TURBO, (int64_t) sizeof(block_turbo3), q3, d3},
+    {"turbo2", QK_TURBO, (int64_t) sizeof(block_turbo2), q2, d2},
+    {"turbo4_64", QK_TURBO_64, (int64_t) sizeof(block_turbo4_64), q4_64, d4_64},
+    {"turbo3_64", QK_TURBO_64, (int64_t) sizeof(block_turbo3_64), q3_64, d3_64},
+    {"turbo2_64", QK_TURBO_64, (int64_t) sizeof(block_turbo2_64), q2_64, d2_64},
 };
 
 const TurboType & lookup(const std::string & name) {
@@ -41,7 +51,8 @@ const TurboType & lookup(const std::string & name) {
             return t;
         }
     }
-    throw py::value_error("unknown turbo type '" + name + "': expected 'turbo4', 'turbo3' or 'turbo2'");
+    throw py::value_error("unknown turbo type '" + name + "': expected 'turbo4', 'turbo3', 'turbo2', 'turbo4_64', "
+                          "'turbo3_64' or 'turbo2_64'");
 }
 
 // The array must already be an ndarray of the right dtype: no silent casts from other dtypes.
@@ -71,12 +82,12 @@ py::array quantize(const py::handle & obj, const std::string & type) {
     py::array x = require(obj, py::dtype::of<float>(), "float32", "quantize");
     auto shape = shape_of(x);
     const int64_t n = shape.back();
-    if (n <= 0 || n % QK_TURBO != 0) {
+    if (n <= 0 || n % t.block_size != 0) {
         throw py::value_error("quantize: the last dimension must be a positive multiple of " +
-                              std::to_string(QK_TURBO) + ", got " + std::to_string(n));
+                              std::to_string(t.block_size) + " for " + type + ", got " + std::to_string(n));
     }
     const int64_t total = (int64_t) x.size();
-    shape.back() = (py::ssize_t) (n / QK_TURBO * t.type_size);
+    shape.back() = (py::ssize_t) (n / t.block_size * t.type_size);
     py::array_t<uint8_t> out(shape);
     const float * src = static_cast<const float *>(x.data());
     uint8_t * dst = out.mutable_data();
@@ -103,7 +114,7 @@ py::array dequantize(const py::handle & obj, const std::string & type, const std
                               std::to_string(t.type_size) + " bytes)");
     }
     const int64_t total_bytes = (int64_t) q.size();
-    shape.back() = (py::ssize_t) (nbytes / t.type_size * QK_TURBO);
+    shape.back() = (py::ssize_t) (nbytes / t.type_size * t.block_size);
     py::array_t<float> out(shape);
     const uint8_t * src = static_cast<const uint8_t *>(q.data());
     float * dst = out.mutable_data();
@@ -121,22 +132,25 @@ py::array dequantize(const py::handle & obj, const std::string & type, const std
     }
     {
         py::gil_scoped_release release;
-        t.dequantize(src, dst, nblocks * QK_TURBO);
+        t.dequantize(src, dst, nblocks * t.block_size);
         for (int64_t ib = bad; ib >= 0 && ib < nblocks; ib++) {   // invalid == "zero"
             if (turbo_first_invalid_block(src + ib*t.type_size, 1, (size_t) t.type_size) == 0) {
-                std::memset(dst + ib*QK_TURBO, 0, QK_TURBO * sizeof(float));
+                std::memset(dst + ib*t.block_size, 0, t.block_size * sizeof(float));
             }
         }
     }
     return std::move(out);
 }
 
-py::array rotate(const py::handle & obj, bool inverse) {
+py::array rotate(const py::handle & obj, bool inverse, int64_t block) {
+    if (block != QK_TURBO && block != QK_TURBO_64) {
+        throw py::value_error("rotate: block must be 128 or 64, got " + std::to_string(block));
+    }
     py::array x = require(obj, py::dtype::of<float>(), "float32", "rotate");
     const int64_t n = x.shape(x.ndim() - 1);
-    if (n <= 0 || n % QK_TURBO != 0) {
+    if (n <= 0 || n % block != 0) {
         throw py::value_error("rotate: the last dimension must be a positive multiple of " +
-                              std::to_string(QK_TURBO) + ", got " + std::to_string(n));
+                              std::to_string(block) + ", got " + std::to_string(n));
     }
     py::array_t<float> out(shape_of(x));
     std::memcpy(out.mutable_data(), x.data(), (size_t) x.size() * sizeof(float));
@@ -145,9 +159,9 @@ py::array rotate(const py::handle & obj, bool inverse) {
     {
         py::gil_scoped_release release;
         if (inverse) {
-            turbo_rotate_inverse(p, total);
+            turbo_rotate_inverse_qk(p, total, (int) block);
         } else {
-            turbo_rotate_forward(p, total);
+            turbo_rotate_forward_qk(p, total, (int) block);
         }
     }
     return std::move(out);
@@ -156,21 +170,28 @@ py::array rotate(const py::handle & obj, bool inverse) {
 }  // namespace
 
 PYBIND11_MODULE(_turbo, m) {
-    m.doc() = "turbo4/turbo3/turbo2 KV-cache quantizer (cpu_ref/ggml-turbo.c)";
+    m.doc() = "turbo4/turbo3/turbo2 KV-cache quantizer and their 64-value block types (cpu_ref/ggml-turbo.c)";
     m.attr("BLOCK_SIZE") = QK_TURBO;
-    m.attr("TYPE_SIZES") = py::dict(py::arg("turbo4") = sizeof(block_turbo4), py::arg("turbo3") = sizeof(block_turbo3),
-                                    py::arg("turbo2") = sizeof(block_turbo2));
+    py::dict sizes, blocks;
+    for (const auto & t : kTypes) {
+        sizes[t.name]  = t.type_size;
+        blocks[t.name] = t.block_size;
+    }
+    m.attr("TYPE_SIZES")  = sizes;
+    m.attr("BLOCK_SIZES") = blocks;
     m.def("quantize", &quantize, py::arg("x"), py::arg("type"),
-          "Quantize float32 (..., n), n a multiple of 128, to uint8 (..., n/128*type_size).\n"
-          "Non-contiguous input is copied first.");
+          "Quantize float32 (..., n), n a multiple of the type's block size (128; 64 for the _64 types), to uint8\n"
+          "(..., n/block*type_size). Non-contiguous input is copied first.");
     m.def("dequantize", &dequantize, py::arg("q"), py::arg("type"), py::kw_only(), py::arg("invalid") = "raise",
           "Inverse of quantize: uint8 (..., nbytes) to float32 (..., nbytes/type_size*128).\n"
           "A block whose FP16 norm is NaN, Inf or negative (sign bit set) is invalid: quantize never writes one and\n"
           "ggml's validate_row_data rejects it. invalid='raise' (default): ValueError naming the first such block\n"
           "(its index over all blocks in C order and its byte offset); invalid='zero': such blocks decode to zeros.\n"
           "Every valid block decodes to finite values, so random bytes never give NaN or Inf silently.");
-    m.def("rotate", [](const py::handle & x) { return rotate(x, false); }, py::arg("x"),
-          "The encoder's rotation H*D (orthonormal) applied to each 128-block of the last axis.");
-    m.def("unrotate", [](const py::handle & x) { return rotate(x, true); }, py::arg("x"),
+    m.def("rotate", [](const py::handle & x, int64_t block) { return rotate(x, false, block); }, py::arg("x"),
+          py::kw_only(), py::arg("block") = QK_TURBO,
+          "The encoder's rotation H*D (orthonormal) applied to each block (128 or 64 values) of the last axis.");
+    m.def("unrotate", [](const py::handle & x, int64_t block) { return rotate(x, true, block); }, py::arg("x"),
+          py::kw_only(), py::arg("block") = QK_TURBO,
           "The inverse rotation D*H.");
 }
