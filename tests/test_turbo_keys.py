@@ -54,7 +54,7 @@ def test_probe_is_the_same_for_any_context_and_batch(llama_tool, model_path):
     exe = llama_tool("llama-completion")
     lines = []
     for extra in (["-c", "1024"], ["-c", "64", "-b", "16", "-ub", "16"], ["-c", "256", "-b", "1", "-ub", "1"]):
-        out = completion(exe, model_path, *extra, n=1, prompt="Hello")
+        out = completion(exe, model_path, *extra, "-lv", "4", n=1, prompt="Hello")  # -lv 4: llama's INFO lines
         assert out.returncode == 0, out.stderr[-3000:]
         assert "decoded on a context of its own" in out.stderr
         lines.append(probe_line(out.stderr))
