@@ -1,11 +1,13 @@
-"""Helpers for tests/test_kv_features.py: llama-server / llama-completion runs on the real model
-with a chosen KV-cache pair, greedy and cheap (2 threads, small contexts)."""
+"""Helpers for the tests of the built llama.cpp and of the C reference: llama-server / llama-completion runs on the
+real model with a chosen KV-cache pair, greedy and cheap (2 threads, small contexts) (tests/test_kv_features.py);
+the recorded build and small programs linked against it (tests/c/); the SIMD programs run on both paths."""
 from __future__ import annotations
 
 import http.client
 import json
 import os
 import re
+import shutil
 import signal
 import socket
 import subprocess
@@ -16,9 +18,13 @@ from concurrent.futures import ThreadPoolExecutor
 from contextlib import contextmanager
 from pathlib import Path
 
+import numpy as np
 import pytest
 
+import turbo_llama as tl
 from turbo_llama.llama_tools import LlamaServer, free_port, stop_process
+
+ROOT = Path(__file__).resolve().parents[1]
 
 THREADS = 2
 SEED = 1234
@@ -156,13 +162,29 @@ def rpc_server(exe: Path, log: Path, threads: int = THREADS):
             stop_process(p)
 
 
-def recorded_cpu_build(llama_tool) -> tuple[Path, Path]:
-    """(build dir, source tree) of the recorded CPU build, whose static libraries the tests link against (skips when
-    the recorded build is a CUDA one)."""
+def recorded_build(llama_tool) -> dict:
+    """The record of the installed build (build_dir, build_src, cuda, ...)."""
     from turbo_llama.build import installed_info
     llama_tool("llama-completion")  # skips/fails with the build hint when nothing is built
     info = installed_info()
     assert info and Path(info["build_dir"]).is_dir(), "turbo-llama build left no build record"
+    return info
+
+
+@pytest.fixture(scope="module")
+def build_info(llama_tool):
+    return recorded_build(llama_tool)
+
+
+@pytest.fixture(scope="module")
+def llama_build_bin(build_info):
+    return lambda name: Path(build_info["build_dir"]) / "bin" / name
+
+
+def recorded_cpu_build(llama_tool) -> tuple[Path, Path]:
+    """(build dir, source tree) of the recorded CPU build, whose static libraries the tests link against (skips when
+    the recorded build is a CUDA one)."""
+    info = recorded_build(llama_tool)
     if info.get("cuda"):
         # a CUDA build's static libraries need the CUDA runtime to link; these programs measure the CPU path
         pytest.skip("needs the CPU build's static libraries, and the recorded build is a CUDA one "
@@ -180,3 +202,73 @@ def link_llama_program(src: Path, exe: Path, llama_tool) -> Path:
                     "-Wl,--start-group", *map(str, libs), "-Wl,--end-group", "-fopenmp", "-lpthread", "-lm",
                     "-o", str(exe)], check=True)
     return exe
+
+
+def link_against_ggml(build_info, src: str, out: Path) -> Path:
+    """tests/c/<src>, a small C program, linked against the built libggml-base.a: the ggml that is in the tools."""
+    build, tree = Path(build_info["build_dir"]), Path(build_info["build_src"])
+    libs = sorted(build.rglob("libggml-base.a"))
+    assert libs, f"libggml-base.a not found under {build}"
+    subprocess.run(["g++", "-x", "c", str(ROOT / "tests/c" / src), "-x", "none", f"-I{tree / 'ggml/include'}",
+                    str(libs[0]), "-fopenmp", "-lm", "-lpthread", "-o", str(out)], check=True)
+    return out
+
+
+@pytest.fixture(scope="module")
+def ggml_roundtrip(build_info, tmp_path_factory):
+    """tests/c/ggml_roundtrip.c linked against the built ggml."""
+    return link_against_ggml(build_info, "ggml_roundtrip.c", tmp_path_factory.mktemp("ggml") / "ggml_roundtrip")
+
+
+def rows_with_hostile_blocks(seed: int, ncols: int, qk: int) -> np.ndarray:
+    """64 rows of ncols (at least 3 blocks of qk) of scaled normal values, with a zero block (row 3, block 0), a NaN
+    block (row 5, block 1), a huge block (row 6, block 2) and a row of norms near FP16's subnormal range (row 7)."""
+    rng = np.random.default_rng(seed)
+    x = rng.standard_normal((64, ncols)).astype(np.float32) * rng.uniform(0.01, 50, (64, 1)).astype(np.float32)
+    x[3, :qk] = 0.0
+    x[5, qk + 72 * qk // 128] = np.nan
+    huge = 2 * qk + 44 * qk // 128
+    x[6, huge:huge + 10] = 1e30
+    x[7] *= np.float32(1e-6)
+    return x
+
+
+def ggml_quantizes_as_the_bindings(exe: Path, t: str, x: np.ndarray, tmp_path: Path) -> tuple[str, np.ndarray]:
+    """Runs ggml_roundtrip on x; asserts that ggml's bytes and decoded floats are the bindings' bit for bit; returns
+    the program's output and the bytes."""
+    nrows, ncols = x.shape
+    x.tofile(tmp_path / "x.f32")
+    out = subprocess.run([str(exe), t, str(nrows), str(ncols), str(tmp_path / "x.f32"), str(tmp_path / "q.bin"),
+                          str(tmp_path / "y.f32")], capture_output=True, text=True)
+    assert out.returncode == 0, out.stderr
+    q = np.fromfile(tmp_path / "q.bin", np.uint8).reshape(nrows, -1)
+    np.testing.assert_array_equal(q, tl.quantize(x, t))
+    y = np.fromfile(tmp_path / "y.f32", np.float32).reshape(nrows, ncols)
+    np.testing.assert_array_equal(y, tl.dequantize(q, t))
+    return out.stdout, q
+
+
+def cpu_has_avx2_fma() -> bool:
+    try:
+        flags = open("/proc/cpuinfo").read().split()
+    except OSError:
+        return False
+    return "avx2" in flags and "fma" in flags
+
+
+def run_simd_program_both_paths(src: str, tmp_path: Path) -> tuple[dict, dict]:
+    """tests/c/<src> (which includes cpu_ref/ggml-turbo.c) built the plain way ggml-base builds it (no -march), run
+    with TURBO_NO_SIMD=1 and =0: each run's "name value" lines as a dict, (plain, simd)."""
+    cc = shutil.which("gcc") or shutil.which("cc")
+    assert cc, "a C compiler is needed (the package build needs one too)"
+    exe = tmp_path / Path(src).stem
+    subprocess.run([cc, "-O2", "-std=gnu11", f"-I{ROOT / 'cpu_ref'}", str(ROOT / "tests/c" / src), "-lm",
+                    "-o", str(exe)], check=True)
+
+    def run_with(no_simd: str) -> dict:
+        out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120,
+                             env={**os.environ, "TURBO_NO_SIMD": no_simd})
+        assert out.returncode == 0, out.stderr
+        return dict(line.rsplit(" ", 1) for line in out.stdout.splitlines())
+
+    return run_with("1"), run_with("0")

@@ -1,5 +1,4 @@
 """Hostile input to the quantizer: random bytes, NaN/Inf/huge floats, under sanitizers."""
-import os
 import shutil
 import subprocess
 from pathlib import Path
@@ -10,6 +9,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 import turbo_llama as tl
+from _kv_helpers import cpu_has_avx2_fma, run_simd_program_both_paths
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -50,35 +50,15 @@ def test_c_reference_under_address_sanitizer(tmp_path):
     assert "sanitize_turbo: ok" in out.stdout
 
 
-def _cpu_has_avx2_fma() -> bool:
-    try:
-        flags = open("/proc/cpuinfo").read().split()
-    except OSError:
-        return False
-    return "avx2" in flags and "fma" in flags
-
-
 def test_simd_attention_helpers_match_plain_c(tmp_path):
     """ggml-turbo.c is built into ggml-base without -march flags, so its AVX2+FMA attention helpers are
     compiled with a target attribute and picked at run time. Built the same plain way here: the SIMD run must
     use them on this CPU, give the plain C path's bits for the V accumulation and its K dots up to the
     summation order."""
-    cc = shutil.which("gcc") or shutil.which("cc")
-    assert cc, "a C compiler is needed (the package build needs one too)"
-    exe = tmp_path / "simd_turbo"
-    subprocess.run([cc, "-O2", "-std=gnu11", f"-I{ROOT / 'cpu_ref'}", str(ROOT / "tests/c/simd_turbo.c"), "-lm",
-                    "-o", str(exe)], check=True)
-
-    def run(env_extra):
-        out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120,
-                             env={**os.environ, **env_extra})
-        assert out.returncode == 0, out.stderr
-        return dict(line.rsplit(" ", 1) for line in out.stdout.splitlines())
-
-    plain, simd = run({"TURBO_NO_SIMD": "1"}), run({"TURBO_NO_SIMD": "0"})
+    plain, simd = run_simd_program_both_paths("simd_turbo.c", tmp_path)
     assert plain["simd"] == "0"
     assert plain["gqa"] == "1", plain   # the GQA helpers equal the single-head calls bit for bit
-    if not _cpu_has_avx2_fma():
+    if not cpu_has_avx2_fma():
         pytest.skip("this CPU has no AVX2+FMA: only the plain path exists here")
     assert simd["simd"] == "1"
     assert simd["mad3"] == plain["mad3"] and simd["mad2"] == plain["mad2"]

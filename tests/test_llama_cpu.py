@@ -3,62 +3,20 @@ test tools cover the new types, and the real default model runs with turbo cache
 import os
 import re
 import subprocess
-from pathlib import Path
 
-import numpy as np
 import pytest
 
-import turbo_llama as tl
-
-ROOT = Path(__file__).resolve().parents[1]
+from _kv_helpers import build_info, ggml_roundtrip, llama_build_bin  # noqa: F401 (fixtures)
+from _kv_helpers import ggml_quantizes_as_the_bindings, rows_with_hostile_blocks
 
 pytestmark = pytest.mark.slow
 
 GEMMA_HEAD_DIM = 256
 
 
-@pytest.fixture(scope="module")
-def build_info(llama_tool):
-    from turbo_llama.build import installed_info
-    llama_tool("llama-completion")  # skips/fails with the build hint when nothing is built
-    info = installed_info()
-    assert info and Path(info["build_dir"]).is_dir(), "turbo-llama build left no build record"
-    return info
-
-
-@pytest.fixture(scope="module")
-def llama_build_bin(build_info):
-    return lambda name: Path(build_info["build_dir"]) / "bin" / name
-
-
-@pytest.fixture(scope="module")
-def ggml_roundtrip(build_info, tmp_path_factory):
-    """A small program linked against the built libggml-base.a: the ggml that is in the tools."""
-    build, src = Path(build_info["build_dir"]), Path(build_info["build_src"])
-    libs = sorted(build.rglob("libggml-base.a"))
-    assert libs, f"libggml-base.a not found under {build}"
-    exe = tmp_path_factory.mktemp("ggml") / "ggml_roundtrip"
-    subprocess.run(["g++", "-x", "c", str(ROOT / "tests/c/ggml_roundtrip.c"), "-x", "none",
-                    f"-I{src / 'ggml/include'}", str(libs[0]), "-fopenmp", "-lm", "-lpthread", "-o", str(exe)], check=True)
-    return exe
-
-
 @pytest.mark.parametrize("t", ["turbo3", "turbo2"])
 def test_bindings_and_ggml_agree_bit_for_bit(ggml_roundtrip, tmp_path, t):
-    rng = np.random.default_rng(11)
-    x = rng.standard_normal((64, 512)).astype(np.float32) * rng.uniform(0.01, 50, (64, 1)).astype(np.float32)
-    x[3, :128] = 0.0          # the zero block
-    x[5, 200] = np.nan        # a NaN block
-    x[6, 300:310] = 1e30      # a huge block
-    x[7] *= np.float32(1e-6)  # norms near FP16's subnormal range
-    x.tofile(tmp_path / "x.f32")
-    out = subprocess.run([str(ggml_roundtrip), t, "64", "512", str(tmp_path / "x.f32"), str(tmp_path / "q.bin"),
-                          str(tmp_path / "y.f32")], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    q = np.fromfile(tmp_path / "q.bin", np.uint8).reshape(64, -1)
-    np.testing.assert_array_equal(q, tl.quantize(x, t))
-    y = np.fromfile(tmp_path / "y.f32", np.float32).reshape(64, 512)
-    np.testing.assert_array_equal(y, tl.dequantize(q, t))
+    ggml_quantizes_as_the_bindings(ggml_roundtrip, t, rows_with_hostile_blocks(11, 512, 128), tmp_path)
 
 
 def test_quantize_fns_cover_turbo(llama_build_bin):

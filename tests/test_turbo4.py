@@ -3,46 +3,26 @@ against plain C, and in the built llama.cpp: ggml's turbo4 equals the bindings b
 is the bindings' invalid-block rule, upstream's test tools cover turbo4, and the real model runs with it."""
 import os
 import re
-import shutil
 import subprocess
-from pathlib import Path
 
 import numpy as np
 import pytest
 
 import turbo_llama as tl
-
-ROOT = Path(__file__).resolve().parents[1]
-
-
-def _cpu_has_avx2_fma() -> bool:
-    try:
-        flags = open("/proc/cpuinfo").read().split()
-    except OSError:
-        return False
-    return "avx2" in flags and "fma" in flags
+from _kv_helpers import build_info, llama_build_bin  # noqa: F401 (fixtures)
+from _kv_helpers import (cpu_has_avx2_fma, ggml_quantizes_as_the_bindings, link_against_ggml,
+                         rows_with_hostile_blocks, run_simd_program_both_paths)
 
 
 def test_turbo4_simd_attention_helpers_match_plain_c(tmp_path):
     """The 16-centroid lookup of the AVX2 path (two permutes and a blend on bit 3) against the plain C loop: the V
     accumulation bit for bit, the K dots up to summation order; every code value occurs; the GQA helpers equal the
     single-head calls; the rotated-domain dot equals the dot with the decoded block."""
-    cc = shutil.which("gcc") or shutil.which("cc")
-    assert cc, "a C compiler is needed (the package build needs one too)"
-    exe = tmp_path / "simd_turbo4"
-    subprocess.run([cc, "-O2", "-std=gnu11", f"-I{ROOT / 'cpu_ref'}", str(ROOT / "tests/c/simd_turbo4.c"), "-lm",
-                    "-o", str(exe)], check=True)
-
-    def run(env_extra):
-        out = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120, env={**os.environ, **env_extra})
-        assert out.returncode == 0, out.stderr
-        return dict(line.rsplit(" ", 1) for line in out.stdout.splitlines())
-
-    plain, simd = run({"TURBO_NO_SIMD": "1"}), run({"TURBO_NO_SIMD": "0"})
+    plain, simd = run_simd_program_both_paths("simd_turbo4.c", tmp_path)
     for res in (plain, simd):
         assert res["codes"] == "1" and res["gqa"] == "1" and res["dot_vs_decoded"] == "1", res
     assert plain["simd"] == "0"
-    if not _cpu_has_avx2_fma():
+    if not cpu_has_avx2_fma():
         pytest.skip("this CPU has no AVX2+FMA: only the plain path exists here")
     assert simd["simd"] == "1"
     assert simd["mad4"] == plain["mad4"]
@@ -55,48 +35,12 @@ def test_turbo4_simd_attention_helpers_match_plain_c(tmp_path):
 
 # ---- the built llama.cpp (slow) --------------------------------------------------------------------------
 
-@pytest.fixture(scope="module")
-def build_info(llama_tool):
-    from turbo_llama.build import installed_info
-    llama_tool("llama-completion")  # skips/fails with the build hint when nothing is built
-    info = installed_info()
-    assert info and Path(info["build_dir"]).is_dir(), "turbo-llama build left no build record"
-    return info
-
-
-@pytest.fixture(scope="module")
-def llama_build_bin(build_info):
-    return lambda name: Path(build_info["build_dir"]) / "bin" / name
-
-
-def _link_against_ggml(build_info, src: str, out: Path) -> Path:
-    build, tree = Path(build_info["build_dir"]), Path(build_info["build_src"])
-    libs = sorted(build.rglob("libggml-base.a"))
-    assert libs, f"libggml-base.a not found under {build}"
-    subprocess.run(["g++", "-x", "c", str(ROOT / "tests/c" / src), "-x", "none", f"-I{tree / 'ggml/include'}",
-                    str(libs[0]), "-fopenmp", "-lm", "-lpthread", "-o", str(out)], check=True)
-    return out
-
-
 @pytest.mark.slow
 def test_ggml_turbo4_and_the_bindings_agree_bit_for_bit(build_info, tmp_path):
-    exe = _link_against_ggml(build_info, "ggml_roundtrip.c", tmp_path / "ggml_roundtrip")
-    rng = np.random.default_rng(44)
-    x = rng.standard_normal((64, 512)).astype(np.float32) * rng.uniform(0.01, 50, (64, 1)).astype(np.float32)
-    x[3, :128] = 0.0          # the zero block
-    x[5, 200] = np.nan        # a NaN block
-    x[6, 300:310] = 1e30      # a huge block
-    x[7] *= np.float32(1e-6)  # norms near FP16's subnormal range
-    x.tofile(tmp_path / "x.f32")
-    out = subprocess.run([str(exe), "turbo4", "64", "512", str(tmp_path / "x.f32"), str(tmp_path / "q.bin"),
-                          str(tmp_path / "y.f32")], capture_output=True, text=True)
-    assert out.returncode == 0, out.stderr
-    assert f"turbo4 {64 * 4 * 66} bytes" in out.stdout   # 66-byte blocks, 4 per row of 512
-    q = np.fromfile(tmp_path / "q.bin", np.uint8).reshape(64, -1)
+    exe = link_against_ggml(build_info, "ggml_roundtrip.c", tmp_path / "ggml_roundtrip")
+    stdout, q = ggml_quantizes_as_the_bindings(exe, "turbo4", rows_with_hostile_blocks(44, 512, 128), tmp_path)
+    assert f"turbo4 {64 * 4 * 66} bytes" in stdout   # 66-byte blocks, 4 per row of 512
     assert q.shape == (64, 4 * 66)
-    np.testing.assert_array_equal(q, tl.quantize(x, "turbo4"))
-    y = np.fromfile(tmp_path / "y.f32", np.float32).reshape(64, 512)
-    np.testing.assert_array_equal(y, tl.dequantize(q, "turbo4"))
 
 
 @pytest.mark.slow
@@ -104,7 +48,7 @@ def test_ggml_turbo4_and_the_bindings_agree_bit_for_bit(build_info, tmp_path):
 def test_ggml_row_validation_is_the_bindings_rule(build_info, tmp_path, t):
     """Random rows of 3 blocks: ggml_validate_row_data accepts exactly the rows that the bindings decode without
     raising (issue #34 item 5: one rule for both)."""
-    exe = _link_against_ggml(build_info, "ggml_validate.c", tmp_path / "ggml_validate")
+    exe = link_against_ggml(build_info, "ggml_validate.c", tmp_path / "ggml_validate")
     size = tl.TYPES[t]["type_size"]
     q = np.random.default_rng(7).integers(0, 256, (400, 3 * size), dtype=np.uint8)
     q[::3, [0, size, 2 * size]] = 0x00   # every third row: all norms small positive (valid)

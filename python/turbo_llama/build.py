@@ -310,15 +310,21 @@ class BuildResult:
     log: Path
 
 
+def nvcc_for(opts: BuildOptions) -> str | None:
+    """The CUDA compiler when opts asks for CUDA (checked before anything is prepared or locked), else None."""
+    if not opts.cuda:
+        return None
+    nvcc = find_nvcc()
+    if not nvcc:
+        raise ToolkitError("--cuda needs the CUDA compiler, but nvcc was not found (not on PATH, "
+                           "not in /usr/local/cuda/bin, $CUDACXX unset). Install the CUDA toolkit "
+                           "or build without --cuda.")
+    return nvcc
+
+
 def build(opts: BuildOptions | None = None) -> BuildResult:
     opts = opts or BuildOptions()
-    nvcc = None
-    if opts.cuda:
-        nvcc = find_nvcc()
-        if not nvcc:
-            raise ToolkitError("--cuda needs the CUDA compiler, but nvcc was not found (not on PATH, "
-                               "not in /usr/local/cuda/bin, $CUDACXX unset). Install the CUDA toolkit "
-                               "or build without --cuda.")
+    nvcc = nvcc_for(opts)
     cmake, ninja = find_cmake(), find_ninja()
     root = cache_dir()
     with locked(root), _sigterm_as_exit():

@@ -37,7 +37,7 @@ import time
 from pathlib import Path
 
 from .build import (BuildOptions, _say, _sigterm_as_exit, _tail, _write_json_atomic, cmake_args,
-                    find_cmake, find_ninja, find_nvcc, sync_tree)
+                    find_cmake, find_ninja, nvcc_for, sync_tree)
 from .cachedir import cache_dir, disk_full_error, locked
 from .errors import ToolkitError
 from .prepare import PatchError, Prepared, _rmtree, _source_files, apply_patch, init_repo, prepare
@@ -302,13 +302,7 @@ def build_wheel(opts: BuildOptions | None = None, wheel_dir: Path | None = None,
     """Build (or find in the cache) the wheel; then copy it to wheel_dir, or install it (with the
     llama-cpp-python `extras`, e.g. "server") for `python` (default: the active environment's)."""
     opts = opts or BuildOptions()
-    nvcc = None
-    if opts.cuda:
-        nvcc = find_nvcc()
-        if not nvcc:
-            raise ToolkitError("--cuda needs the CUDA compiler, but nvcc was not found (not on PATH, "
-                               "not in /usr/local/cuda/bin, $CUDACXX unset). Install the CUDA toolkit "
-                               "or build without --cuda.")
+    nvcc = nvcc_for(opts)
     root = cache_dir()
     with locked(root), _sigterm_as_exit():
         try:

@@ -1,25 +1,17 @@
 // Quantizes rows with the BUILT ggml (ggml_quantize_chunk + the type's to_float) so that a test can
 // compare its bytes with turbo_llama's bindings. Usage: ggml_roundtrip TYPE_NAME NROWS N_PER_ROW IN OUT_Q OUT_F
-#include "ggml.h"
+#include "ggml_test_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 int main(int argc, char ** argv) {
     if (argc != 7) {
         fprintf(stderr, "usage: %s TYPE NROWS N_PER_ROW IN.f32 OUT.q OUT.f32\n", argv[0]);
         return 2;
     }
-    enum ggml_type type = GGML_TYPE_COUNT;
-    for (int t = 0; t < GGML_TYPE_COUNT; t++) {
-        const char * name = ggml_type_name((enum ggml_type) t);
-        if (name && strcmp(name, argv[1]) == 0) {
-            type = (enum ggml_type) t;
-        }
-    }
+    const enum ggml_type type = ggml_type_from_name(argv[1]);
     if (type == GGML_TYPE_COUNT) {
-        fprintf(stderr, "unknown type %s\n", argv[1]);
         return 2;
     }
     const long nrows = atol(argv[2]), n = atol(argv[3]);

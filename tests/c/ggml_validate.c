@@ -1,26 +1,18 @@
 // Runs the BUILT ggml's ggml_validate_row_data on each row of a file, so that a test can check that the
 // bindings' rule for invalid turbo blocks is ggml's. Usage: ggml_validate TYPE_NAME ROW_BYTES IN
 // Prints one line per row: 1 (valid) or 0 (invalid).
-#include "ggml.h"
+#include "ggml_test_util.h"
 
 #include <stdio.h>
 #include <stdlib.h>
-#include <string.h>
 
 int main(int argc, char ** argv) {
     if (argc != 4) {
         fprintf(stderr, "usage: %s TYPE ROW_BYTES IN\n", argv[0]);
         return 2;
     }
-    enum ggml_type type = GGML_TYPE_COUNT;
-    for (int t = 0; t < GGML_TYPE_COUNT; t++) {
-        const char * name = ggml_type_name((enum ggml_type) t);
-        if (name && strcmp(name, argv[1]) == 0) {
-            type = (enum ggml_type) t;
-        }
-    }
+    const enum ggml_type type = ggml_type_from_name(argv[1]);
     if (type == GGML_TYPE_COUNT) {
-        fprintf(stderr, "unknown type %s\n", argv[1]);
         return 2;
     }
     const long row_bytes = atol(argv[2]);

@@ -4,29 +4,10 @@
 // from one read of the codes) must give every head's single-head result bit for bit.
 #include "ggml-turbo.c"
 
-#include <stdio.h>
-
-enum { NB = 64, K = NB*QK_TURBO };
-
-static uint32_t rng = 12345u;
-static float rnd(void) {   // about N(0, 1): a sum of 4 uniforms
-    float s = 0.0f;
-    for (int i = 0; i < 4; i++) {
-        rng = rng*1664525u + 1013904223u;
-        s += (float) (rng >> 8) / 16777216.0f - 0.5f;
-    }
-    return s*1.7320508f;
-}
-
-static uint64_t fnv(const void * p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        h = (h ^ ((const uint8_t *) p)[i])*1099511628211ull;
-    }
-    return h;
-}
+#include "simd_test_util.h"
 
 int main(void) {
+    rnd_seed(12345u);
     static float x[K], q[K], acc3[K], acc2[K];
     static block_turbo3 b3[NB];
     static block_turbo2 b2[NB];
@@ -36,11 +17,7 @@ int main(void) {
     }
     quantize_row_turbo3_ref(x, b3, K);
     quantize_row_turbo2_ref(x, b2, K);
-#ifdef TURBO_AVX2
-    printf("simd %d\n", turbo_use_avx2());
-#else
-    printf("simd 0\n");
-#endif
+    print_simd_path();
     for (int r = 0; r < NB; r++) {
         printf("dot3 %d %.9e\n", r, turbo3_dot_rotated(b3 + r, q + r*QK_TURBO, QK_TURBO));
         printf("dot2 %d %.9e\n", r, turbo2_dot_rotated(b2 + r, q + r*QK_TURBO, QK_TURBO));

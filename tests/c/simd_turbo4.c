@@ -4,29 +4,10 @@
 // give every head's single-head result bit for bit, and the dot equals the dot with the decoded block.
 #include "ggml-turbo.c"
 
-#include <stdio.h>
-
-enum { NB = 64, K = NB*QK_TURBO };
-
-static uint32_t rng = 4242u;
-static float rnd(void) {   // about N(0, 1): a sum of 4 uniforms
-    float s = 0.0f;
-    for (int i = 0; i < 4; i++) {
-        rng = rng*1664525u + 1013904223u;
-        s += (float) (rng >> 8) / 16777216.0f - 0.5f;
-    }
-    return s*1.7320508f;
-}
-
-static uint64_t fnv(const void * p, size_t n) {
-    uint64_t h = 1469598103934665603ull;
-    for (size_t i = 0; i < n; i++) {
-        h = (h ^ ((const uint8_t *) p)[i])*1099511628211ull;
-    }
-    return h;
-}
+#include "simd_test_util.h"
 
 int main(void) {
+    rnd_seed(4242u);
     static float x[K], q[K], acc[K], dec[K], qr[K];
     static block_turbo4 b[NB];
     for (int i = 0; i < K; i++) {
@@ -34,11 +15,7 @@ int main(void) {
         q[i] = rnd();
     }
     quantize_row_turbo4_ref(x, b, K);
-#ifdef TURBO_AVX2
-    printf("simd %d\n", turbo_use_avx2());
-#else
-    printf("simd 0\n");
-#endif
+    print_simd_path();
     // every code value occurs (a table half or a blend mask wrong would show)
     int seen[16] = {0};
     for (int i = 0; i < K; i++) {
