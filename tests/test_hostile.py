@@ -19,12 +19,20 @@ ROOT = Path(__file__).resolve().parents[1]
 def test_dequantize_random_bytes_never_crashes(t, nblocks, data):
     size = tl.TYPES[t]["type_size"] * nblocks
     raw = data.draw(st.binary(min_size=size, max_size=size))
-    y = tl.dequantize(np.frombuffer(raw, np.uint8).copy(), t)
-    assert y.shape == (nblocks * 128,)
-    # any finite stored norm decodes to finite values; Inf/NaN norms can only come from foreign bytes
+    q = np.frombuffer(raw, np.uint8).copy()
+    # the documented rule (ggml's validate_row_data): a norm that is NaN, Inf or has its sign bit set is invalid
     norms = np.frombuffer(raw, np.uint8).reshape(nblocks, -1)[:, :2].copy().view(np.float16).ravel()
-    finite = np.isfinite(norms)
-    assert np.all(np.isfinite(y.reshape(nblocks, 128)[finite]))
+    valid = np.isfinite(norms) & ~np.signbit(norms)
+    y = tl.dequantize(q, t, invalid="zero")
+    assert y.shape == (nblocks * 128,)
+    blocks = y.reshape(nblocks, 128)
+    assert np.all(np.isfinite(blocks))                  # random bytes never give NaN or Inf
+    assert np.all(blocks[~valid] == 0)                  # invalid blocks decode as zeros, as documented
+    if valid.all():
+        assert np.array_equal(tl.dequantize(q, t), y)   # the default decodes valid bytes the same way
+    else:
+        with pytest.raises(ValueError):                 # ... and refuses invalid ones, never silently
+            tl.dequantize(q, t)
 
 
 @settings(max_examples=200, deadline=None)

@@ -140,9 +140,12 @@ def test_a_probe_that_cannot_tokenize_leaves_a_working_context(llama_tool, tmp_p
     write_model_without_newline(model)
     exe = llama_tool("llama-completion")
     for ctk in ("f16", "turbo3"):
-        out = completion(exe, model, "-c", "512", ctk=ctk, ctv=ctk, n=4, prompt="hi")
+        out = completion(exe, model, "-c", "512", "--ignore-eos", ctk=ctk, ctv=ctk, n=4, prompt="hi")
         assert out.returncode == 0, out.stderr[-3000:]
-        assert out.stdout.lstrip().startswith("hi") and len(out.stdout.strip()) > 2, out.stdout  # it generated
+        # the context was made and the prompt decoded (echoed); how many tokens this random model then prints is
+        # not checked: with f16 too, about one run in ten ends after the prompt (seen on llama-completion b11312)
+        assert out.stdout.lstrip().startswith("hi"), out.stdout
+        assert "failed to initialize the context" not in out.stderr, out.stderr[-3000:]
     assert re.search(r"turbo K: no key offsets \(the probe failed: [^)]+\); keys are stored as the model "
                      r"makes them", out.stderr), out.stderr[-3000:]
 
