@@ -318,10 +318,10 @@ def _recorded_steps(res: dict) -> list[tuple[float, float]]:
 
 
 def test_eta_within_2x_on_a_recorded_run():
-    """The recorded quick eval (results/eval-quick: 5 types, 50 steps of 0.4 s to 50 s): replayed through
+    """The recorded quick eval (results/quality-gemma3-270m: 5 types, 50 steps of 0.4 s to 50 s): replayed through
     the work estimate, the remaining time shown after the first tenth is within 2x of the truth at every
     step; counting steps instead (the old bar) is not."""
-    res = json.loads((REPO / "results" / "eval-quick" / "results.json").read_text())
+    res = json.loads((REPO / "results" / "quality-gemma3-270m" / "results.json").read_text())
     steps = _recorded_steps(res)
     assert len(steps) == 5 + 5 * 10
     ratios = progress.eta_errors(steps)

@@ -4,7 +4,7 @@ A unit is the time to run one prompt token through the model at short context. E
 is counted by the tokens it processes, from its own token count, before it runs:
   - a perplexity run: ctx * chunks tokens, each PPL_TOKEN_UNITS (llama-perplexity computes the logits of
     every position, llama-server of the last only: on Gemma 3 270M (262k vocabulary) on CPU a
-    perplexity token costs about twice a prompt token; recorded in results/eval-quick);
+    perplexity token costs about twice a prompt token; recorded in results/quality-gemma3-270m);
   - a needle cell: the prompt tokens the server processes (those after the longest prefix it shares
     with the previous prompt, which the server's cache keeps), plus DECODE_UNITS for its answer;
   - a server start: START_UNITS.
