@@ -104,7 +104,9 @@ struct pair_stats {
 // llama_context::state_seq_get_data: u32 magic 0xaf143cd8, i32 seq_id; then llama_kv_cache::state_write; an
 // iSWA model writes its two caches one after the other), per cache:
 // u32 n_stream; per stream: u32 cell_count, then (when > 0) per cell i32 pos, u32 n_seq, i32 seq[n_seq];
-// u32 v_trans, u32 n_layer; per layer i32 k_type, u64 k_row_size, cell_count rows; then the values.
+// u32 v_trans, u32 n_layer; per layer i32 k_type, u64 k_row_size, cell_count rows; then the values. After the
+// streams, turbo-llama's key data (llama_kv_cache::state_write_turbo_keys): u32 n; per layer i32 il and two
+// arrays (u32 count, count f32): skipped here, the keys are compared as stored.
 struct k_dump {
     std::vector<std::vector<float>> rows;  // per layer: n_cells x n_embd
     std::vector<int> n_embd;
@@ -170,6 +172,12 @@ static k_dump read_keys(llama_context * ctx, int n_cells) {
                 const uint64_t row = r.get<uint64_t>();
                 r.take(n * row);
             }
+        }
+        const uint32_t n_turbo = r.get<uint32_t>();
+        if (n_turbo > 1024) die("sequence state: unexpected turbo key data");
+        for (uint32_t l = 0; l < n_turbo; ++l) {
+            r.get<int32_t>();
+            for (int a = 0; a < 2; ++a) r.take(r.get<uint32_t>() * sizeof(float));
         }
     }
     if (d.rows.empty()) die("sequence state: no keys");
