@@ -6,7 +6,7 @@
 //
 // Decodes the first N_TOKENS tokens of TEXT (BOS first) in batches of N_BATCH (n_ubatch = n_batch), flash
 // attention on, V f16, one sequence, then reads the cached keys of every layer back through the sequence state
-// (kv_state_keys.h) and writes OUT: i32 n_layers, i32 n_cells, then per layer i32 n_embd and n_cells * n_embd f32.
+// (llama_test_util.h) and writes OUT: i32 n_layers, i32 n_cells, then per layer i32 n_embd and n_cells * n_embd f32.
 #include "ggml.h"
 #include "llama.h"
 
@@ -18,29 +18,8 @@
 #include <string>
 #include <vector>
 
-static void die(const char * msg) {
-    fprintf(stderr, "cached_keys: %s\n", msg);
-    exit(1);
-}
-
-#include "kv_state_keys.h"
-
-static void quiet_log(ggml_log_level level, const char * text, void *) {
-    if (level >= GGML_LOG_LEVEL_WARN) {
-        fputs(text, stderr);
-    }
-}
-
-static ggml_type type_by_name(const std::string & name) {
-    for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
-        const char * n = ggml_type_name((ggml_type) t);
-        if (n && name == n) {
-            return (ggml_type) t;
-        }
-    }
-    die(("unknown cache type " + name).c_str());
-    return GGML_TYPE_COUNT;
-}
+#define TEST_PROGRAM "cached_keys"
+#include "llama_test_util.h"
 
 int main(int argc, char ** argv) {
     if (argc < 7) {

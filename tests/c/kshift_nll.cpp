@@ -40,29 +40,8 @@
 #include <string>
 #include <vector>
 
-static void die(const char * msg) {
-    fprintf(stderr, "kshift_nll: %s\n", msg);
-    exit(1);
-}
-
-static void quiet_log(ggml_log_level level, const char * text, void *) {
-    if (level >= GGML_LOG_LEVEL_WARN) {
-        fputs(text, stderr);
-    }
-}
-
-#include "kv_state_keys.h"
-
-static ggml_type type_by_name(const std::string & name) {
-    for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
-        const char * n = ggml_type_name((ggml_type) t);
-        if (n && name == n) {
-            return (ggml_type) t;
-        }
-    }
-    fprintf(stderr, "kshift_nll: unknown ggml type '%s'\n", name.c_str());
-    exit(1);
-}
+#define TEST_PROGRAM "kshift_nll"
+#include "llama_test_util.h"
 
 struct window {
     std::vector<llama_token> tok;  // P + C + 1: BOS + prefix, continuation, the last target

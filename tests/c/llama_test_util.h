@@ -1,14 +1,41 @@
-// The cached keys of a sequence, read back through llama_state_seq_get_data and dequantized with ggml's own
-// to_float (f32 rows copied): shared by the tests/c programs that compare cache contents. The caller defines
-// die(const char *) before including this header.
+// Shared by the tests/c programs on the llama.h API: fatal errors, a quiet log, cache types by name, and the
+// cached keys of a sequence read back through llama_state_seq_get_data. The program defines TEST_PROGRAM (its
+// name, for the messages) before including this header.
 #pragma once
 
 #include "ggml.h"
 #include "llama.h"
 
 #include <cstdint>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
+#include <string>
 #include <vector>
+
+static void die(const char * msg) {
+    fprintf(stderr, "%s: %s\n", TEST_PROGRAM, msg);
+    exit(1);
+}
+
+static void quiet_log(ggml_log_level level, const char * text, void *) {
+    if (level >= GGML_LOG_LEVEL_WARN) {
+        fputs(text, stderr);
+    }
+}
+
+static ggml_type type_by_name(const std::string & name) {
+    for (int t = 0; t < GGML_TYPE_COUNT; ++t) {
+        const char * n = ggml_type_name((ggml_type) t);
+        if (n && name == n) {
+            return (ggml_type) t;
+        }
+    }
+    die(("unknown ggml type '" + name + "'").c_str());
+    return GGML_TYPE_COUNT;
+}
+
+// The cached keys of a sequence, dequantized with ggml's own to_float (f32 rows copied).
 
 // One float row per (layer, cell) for the first n_cells cells. The sequence state of this llama.cpp (b11312,
 // llama_context::state_seq_get_data: u32 magic 0xaf143cd8, i32 seq_id; then llama_kv_cache::state_write; an
