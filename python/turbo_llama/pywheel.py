@@ -31,7 +31,6 @@ import re
 import shutil
 import subprocess
 import sys
-import tarfile
 import tempfile
 import time
 from pathlib import Path
@@ -41,7 +40,7 @@ from .build import (BuildOptions, _say, _sigterm_as_exit, _tail, _write_json_ato
 from .cachedir import cache_dir, disk_full_error, locked
 from .errors import ToolkitError
 from .prepare import PatchError, Prepared, _rmtree, _source_files, apply_patch, init_repo, prepare
-from .source import Pin, Source, data_root, fetch_sdist, load_pin, read_list
+from .source import Pin, Source, data_root, extract_under, fetch_sdist, load_pin, read_list
 
 PYWHEEL_FORMAT = 1       # bump when the staging or the build of the wheel changes
 KEEP_WHEELS = 2          # wheels kept per variant (newest first)
@@ -91,19 +90,7 @@ def sdist_top(pin: Pin) -> str:
 
 def unpack_python_tree(sdist: Path, pin: Pin, dest: Path) -> None:
     """The sdist's files without vendor/llama.cpp (and without its bundled .git) into `dest`."""
-    top = sdist_top(pin) + "/"
-    skip = (VENDOR + "/", ".git/")
-    with tarfile.open(sdist) as tf:
-        members = []
-        for m in tf.getmembers():
-            if not m.name.startswith(top):
-                continue
-            rel = m.name[len(top):]
-            if not rel or rel in (VENDOR, ".git") or rel.startswith(skip):
-                continue
-            m.name = rel
-            members.append(m)
-        tf.extractall(dest, members=members, filter="tar")
+    extract_under(sdist, sdist_top(pin) + "/", dest, skip=(VENDOR, ".git"))
 
 
 def python_tree(sdist: Path, pin: Pin, patches: list[Path], dest: Path) -> None:

@@ -277,6 +277,22 @@ class _SdistUnavailable(Exception):
     pass
 
 
+def extract_under(archive: Path, prefix: str, dest: Path, skip: tuple[str, ...] = ()) -> None:
+    """The members of a tar archive below `prefix` ("top/dir/"), extracted into `dest` without that prefix; a
+    member that is one of `skip` or lies below one is left out."""
+    with tarfile.open(archive) as tf:
+        members = []
+        for m in tf.getmembers():
+            if not m.name.startswith(prefix):
+                continue
+            rel = m.name[len(prefix):]
+            if not rel or any(rel == d or rel.startswith(d + "/") for d in skip):
+                continue
+            m.name = rel
+            members.append(m)
+        tf.extractall(dest, members=members, filter="tar")
+
+
 def _unpack_sdist(sdist: Path, pin: Pin, root: Path) -> Path:
     dest = root / "upstream" / pin.commit
     if (dest / "CMakeLists.txt").is_file():
@@ -286,17 +302,8 @@ def _unpack_sdist(sdist: Path, pin: Pin, root: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=f".{pin.commit[:7]}-", dir=dest.parent))
     try:
         print(f"turbo-llama: unpacking {prefix} from {sdist.name} ...", file=sys.stderr, flush=True)
-        with tarfile.open(sdist) as tf:
-            members = []
-            for m in tf.getmembers():
-                if not m.name.startswith(prefix):
-                    continue
-                rel = m.name[len(prefix):]
-                if not rel or rel == ".git" or rel.startswith(".git/"):
-                    continue  # the .git file points into the sdist's own git dir
-                m.name = rel
-                members.append(m)
-            tf.extractall(tmp, members=members, filter="tar")
+        # the .git file points into the sdist's own git dir
+        extract_under(sdist, prefix, tmp, skip=(".git",))
         h = tree_hash(tmp)
         if h != pin.tree:
             raise ToolkitError(f"{sdist.name}/{prefix} hashes to tree {h}, not the pinned {pin.tree}")
