@@ -99,7 +99,7 @@ def test_turbo3_recovers_every_f16_needle(eval_results):
 @pytest.mark.xfail(
     strict=True,
     reason="turbo2 K on Gemma 3 270M still garbles needle digits: quick eval turbo2 0-4/9, f16 9/9, even with "
-           "the K gain rescale and key offset (PPL x1.98). Issue #28.")
+           "the K gain rescale and key offset (PPL x2.06). Issue #28.")
 def test_turbo2_recovers_most_f16_needles(eval_results):
     f16, t2 = _found(eval_results, "f16"), _found(eval_results, "turbo2")
     n_f16 = sum(f16.values())
