@@ -110,11 +110,14 @@ def test_turbo_keys_do_not_depend_on_the_batch(cached_keys, model_path, jargon_p
     assert lost > 2 * err[128], (lost, err)
 
 
-def kld_to_f16(exe, model, text, base, *extra, env=None) -> float:
-    out = run([exe, "-m", model, "-f", text, "-c", "1024", "--chunks", "2", "-fa", "on", "-t", THREADS,
-               "--kl-divergence-base", base, "--kl-divergence", *extra], env=env)
+def perplexity_kld(exe, model, text, base, *extra, env=None) -> float | None:
+    """llama-perplexity on 2 chunks of 1024 tokens: without extra arguments it writes the f16 logits to base (None);
+    with them, the mean KL divergence of that run against base."""
+    cmd = [exe, "-m", model, "-f", text, "-c", "1024", "--chunks", "2", "-fa", "on", "-t", THREADS,
+           "--kl-divergence-base", base]
+    out = run(cmd + (["--kl-divergence", *extra] if extra else []), env=env)
     assert out.returncode == 0, out.stderr[-3000:]
-    return float(re.search(r"Mean +KLD: +([0-9.]+)", out.stdout + out.stderr).group(1))
+    return float(re.search(r"Mean +KLD: +([0-9.]+)", out.stdout + out.stderr).group(1)) if extra else None
 
 
 def test_turbo3_at_batch_1_is_as_close_to_f16_as_in_one_batch(llama_tool, model_path, jargon_path, tmp_path):
@@ -124,15 +127,12 @@ def test_turbo3_at_batch_1_is_as_close_to_f16_as_in_one_batch(llama_tool, model_
     KLD 0.1427 at -b 1, 0.1361 at -b 1024, 0.1782 without offsets. Why not closer: any cache of 4 bits or less
     draws its codes anew when the batch changes f32 rounding (turbo3 -b 1 against turbo3 -b 2048: KLD 0.109,
     upstream q4_0: 0.121; results/k-transforms.md)."""
-    exe = llama_tool("llama-perplexity")
-    base = tmp_path / "f16.kld"
-    out = run([exe, "-m", model_path, "-f", jargon_path, "-c", "1024", "--chunks", "2", "-fa", "on", "-t", THREADS,
-               "--kl-divergence-base", base])
-    assert out.returncode == 0, out.stderr[-3000:]
+    args = (llama_tool("llama-perplexity"), model_path, jargon_path, tmp_path / "f16.kld")
+    perplexity_kld(*args)
     turbo = ("-ctk", "turbo3", "-ctv", "turbo3")
-    one = kld_to_f16(exe, model_path, jargon_path, base, *turbo, "-b", "1", "-ub", "1")
-    batch = kld_to_f16(exe, model_path, jargon_path, base, *turbo, "-b", "1024")
-    lost = kld_to_f16(exe, model_path, jargon_path, base, *turbo, "-b", "1024", env={"TURBO_K_OFFSET": "0"})
+    one = perplexity_kld(*args, *turbo, "-b", "1", "-ub", "1")
+    batch = perplexity_kld(*args, *turbo, "-b", "1024")
+    lost = perplexity_kld(*args, *turbo, "-b", "1024", env={"TURBO_K_OFFSET": "0"})
     print(f"mean KLD to f16: turbo3 -b 1 {one:.4f}, -b 1024 {batch:.4f}, without offsets {lost:.4f}")
     assert 0.02 < batch and one <= 1.15 * batch, (one, batch)
     assert lost > 1.15 * batch, (lost, batch)
