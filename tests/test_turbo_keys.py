@@ -19,6 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _kv_helpers import GPU, link_llama_program
+from turbo_llama.llama_tools import parse_perplexity
 
 pytestmark = pytest.mark.slow
 
@@ -117,7 +118,7 @@ def perplexity_kld(exe, model, text, base, *extra, env=None) -> float | None:
            "--kl-divergence-base", base]
     out = run(cmd + (["--kl-divergence", *extra] if extra else []), env=env)
     assert out.returncode == 0, out.stderr[-3000:]
-    return float(re.search(r"Mean +KLD: +([0-9.]+)", out.stdout + out.stderr).group(1)) if extra else None
+    return parse_perplexity(out.stdout + out.stderr)["kld_mean"] if extra else None
 
 
 def test_turbo3_at_batch_1_is_as_close_to_f16_as_in_one_batch(llama_tool, model_path, jargon_path, tmp_path):
