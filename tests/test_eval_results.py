@@ -9,6 +9,7 @@ import math
 
 import pytest
 from conftest import missing
+from turbo_llama.cache_types import BITS_PER_VALUE
 
 pytestmark = pytest.mark.slow
 
@@ -44,13 +45,31 @@ def test_every_ppl_finite(eval_results):
             assert math.isfinite(r["kld_mean"]) and r["kld_mean"] >= 0, (t, r.get("kld_mean"))
 
 
-def test_kv_bytes_follow_bits_per_value(eval_results):
-    """llama's own KV size lines: each type's bytes/token/layer = bits/value of the f16 size / 16."""
-    f16 = eval_results["ppl"]["f16"]["kv"]["bytes_per_token_per_layer"]
+def test_kv_bytes_follow_the_logged_types(eval_results):
+    """llama's own KV size lines: each cache's K and V MiB are f16's same cache times the bits of the type that
+    line names / 16, and the reported bits/value are 16 x the whole cache's MiB / f16's."""
+    f16 = eval_results["ppl"]["f16"]["kv"]
     for t, r in eval_results["ppl"].items():
-        bpv = r.get("bits_per_value")
-        if bpv and r.get("kv"):
-            assert r["kv"]["bytes_per_token_per_layer"] == pytest.approx(f16 * bpv / 16, rel=0.02), t
+        if not r.get("kv"):
+            continue
+        assert len(r["kv"]["caches"]) == len(f16["caches"]), t
+        for c, b in zip(r["kv"]["caches"], f16["caches"]):
+            assert (c["cells"], c["layers"]) == (b["cells"], b["layers"]), t
+            for side in ("k", "v"):
+                want = b[f"{side}_mib"] * BITS_PER_VALUE[c[f"type_{side}"]] / 16
+                assert c[f"{side}_mib"] == pytest.approx(want, rel=0.01, abs=0.01), (t, side, c)
+        assert r["bits_per_value"] == pytest.approx(16 * r["kv"]["kv_mib"] / f16["kv_mib"], rel=1e-6), t
+
+
+def test_turbo_k_keeps_sliding_window_keys_in_q8_0(eval_results):
+    """Gemma 3 (iSWA): a turbo K cache stores the keys of the sliding-window layers (a window-sized cache) as q8_0
+    and of the global layers as turbo; V keeps its type in both; no other cache type does this."""
+    for t, r in eval_results["ppl"].items():
+        k, v = (t.split("/") * 2)[:2]
+        base, swa = r["kv"]["caches"]
+        assert (base["type_k"], base["type_v"], swa["type_v"]) == (k, v, v), (t, r["kv"]["caches"])
+        assert swa["type_k"] == ("q8_0" if k.startswith("turbo") else k), (t, swa)
+        assert swa["cells"] < base["cells"], (t, r["kv"]["caches"])
 
 
 @pytest.mark.parametrize("lo,hi", [("q8_0", "turbo3"), ("turbo3", "turbo2"), ("q8_0", "q4_0")])

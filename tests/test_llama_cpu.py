@@ -119,9 +119,9 @@ def test_unknown_cache_type_is_refused(llama_tool, model_path):
     assert "turbo3" in (out.stderr + out.stdout)  # the message lists the allowed types
 
 
-def perplexity(tool, model, text_file, ctk, ctv, env=None, fa="on"):
+def perplexity(tool, model, text_file, ctk, ctv, env=None, fa="on", extra=()):
     cmd = [str(tool), "-m", str(model), "-f", str(text_file), "-c", "512", "--chunks", "2", "-ctk", ctk,
-           "-ctv", ctv, "-fa", fa, "-lv", "4", "-t", str(os.cpu_count() or 2)]
+           "-ctv", ctv, "-fa", fa, "-lv", "4", "-t", str(os.cpu_count() or 2), *extra]
     out = subprocess.run(cmd, capture_output=True, text=True, timeout=900, env={**os.environ, **(env or {})})
     assert out.returncode == 0, out.stderr[-3000:]
     m = re.search(r"Final estimate: PPL = ([0-9.]+)", out.stdout + out.stderr)
@@ -166,18 +166,21 @@ def test_turbo_k_transforms_are_exact_on_an_f16_cache(llama_tool, model_path, ja
 
 
 def test_turbo_k_transforms_are_logged_and_repair_turbo3_keys(llama_tool, model_path, jargon_path):
-    """Without them turbo3 K loses most of the model (Gemma 3 270M); with them the loss is a fraction."""
+    """Without them turbo3 K loses most of the model (Gemma 3 270M); with them the loss is a fraction. With
+    --swa-full, so that every layer's keys are turbo3 (by default the sliding-window layers keep q8_0 keys)."""
     tool = llama_tool("llama-perplexity")
+    swa_full = ("--swa-full",)
     f16, _ = perplexity(tool, model_path, jargon_path, "f16", "f16")
-    plain, log = perplexity(tool, model_path, jargon_path, "turbo3", "f16", K_TRANSFORMS_OFF)
+    plain, log = perplexity(tool, model_path, jargon_path, "turbo3", "f16", K_TRANSFORMS_OFF, extra=swa_full)
     assert "gain rescale off (TURBO_K_RESCALE=0)" in log and "key offsets off (TURBO_K_OFFSET=0)" in log
-    fixed, log = perplexity(tool, model_path, jargon_path, "turbo3", "f16")
+    fixed, log = perplexity(tool, model_path, jargon_path, "turbo3", "f16", extra=swa_full)
     assert "q/k norm gains rescaled" in log and "key offsets from a" in log
     # patch 0012: D is computed once per context, not by 19 ops per layer in every graph; patch 0023: with the
     # norm weights it scales, so no op is left. The graphs' own computation (the same f32 steps) must give the same
     # perplexity to the last digit: swapped or misplaced q/k weights would not
     assert "gain factors of 18 layers computed once, with the q/k norm weights they scale" in log
-    in_graph, log = perplexity(tool, model_path, jargon_path, "turbo3", "f16", {"TURBO_K_GAIN_ONCE": "0"})
+    in_graph, log = perplexity(tool, model_path, jargon_path, "turbo3", "f16", {"TURBO_K_GAIN_ONCE": "0"},
+                               extra=swa_full)
     assert "gain factors computed in every graph (TURBO_K_GAIN_ONCE=0)" in log
     assert in_graph == fixed, (in_graph, fixed)
     assert fixed - f16 < 0.35 * (plain - f16), (f16, plain, fixed)
@@ -209,7 +212,7 @@ def test_turbo_gains_leave_qk_norm_mul_rope_in_a_row(llama_tool, model_path):
                          env={**os.environ, "GGML_SCHED_DEBUG": "2"})
     text = out.stdout + out.stderr
     assert out.returncode == 0, text[-2000:]
-    assert "gain factors of 18 layers computed once" in text
+    assert "gain factors of 3 layers computed once" in text   # the global layers (sliding-window keys are q8_0)
     nodes = re.findall(r"node #\s*(\d+) \(\s*([A-Z_]+)\):\s+(\S+)", text)
     assert nodes, text[-2000:]
     starts = [i for i, (n, _, _) in enumerate(nodes) if n == "0"] or [0]

@@ -59,6 +59,16 @@ def run_ppl(cmd: list[str], log_path: Path, cache_type: str, timeout: float | No
     return res
 
 
+def measured_bits(r: dict, base: dict | None, is_base: bool) -> float | None:
+    """Bits per value as stored: 16 x this cache's KV bytes / the f16 cache's, from llama's own size lines of the
+    two runs (same context). It differs from the types' nominal bits where layers keep another type (a turbo K
+    cache keeps the sliding-window layers' keys in q8_0)."""
+    if is_base:
+        return 16.0
+    mib, base_mib = (r.get("kv") or {}).get("kv_mib"), ((base or {}).get("kv") or {}).get("kv_mib")
+    return 16.0 * mib / base_mib if mib and base_mib else None
+
+
 def log_name(cache_name: str) -> str:
     return cache_name.replace("/", "-")
 
@@ -115,7 +125,9 @@ def perplexity_step(res: dict, *, exe: Path, model: Path, text: Path, ctx: int, 
             dt = time.monotonic() - t0
             res["timings"][f"ppl:{name}"] = dt
             if r is not None:
-                r.update(bits_per_value=res["bits_per_value"].get(name), seconds=dt, units=units)
+                nominal = res["bits_per_value"].get(name)
+                r.update(bits_per_value=measured_bits(r, res["ppl"].get("f16"), is_base) or nominal,
+                         type_bits_per_value=nominal, seconds=dt, units=units)
                 res["ppl"][name] = r
                 if is_base:
                     r["kld_base_bytes"] = base_file.stat().st_size

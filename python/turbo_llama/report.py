@@ -47,7 +47,8 @@ def render_markdown(res: dict) -> str:
             kld = _fmt(r.get("kld_mean"), ".6f")
             p99 = _fmt(r.get("kld_p99"), ".5f")
             same = _fmt(r.get("same_top"), ".2f")
-        lines.append(f"| {t} | {_fmt(bits_per_value(t), 'g', '?')} | {_fmt(kv.get('kv_mib'), '.2f')} | "
+        bits = r.get("bits_per_value") or bits_per_value(t)
+        lines.append(f"| {t} | {_fmt(bits, '.4g', '?')} | {_fmt(kv.get('kv_mib'), '.2f')} | "
                      f"{_fmt(kv.get('bytes_per_token_per_layer'), '.0f')} | {ppl} | {_fmt(ratio, '.4f')} | "
                      f"{kld} | {p99} | {same} | {niah} |")
     f16n = (res.get("niah_results") or {}).get("f16") or {}
@@ -63,7 +64,8 @@ def render_markdown(res: dict) -> str:
                   f"\"{_niah.needle_sentence('<key>').strip()}\", greedy, {_niah.N_PREDICT} tokens; "
                   "score = exact key in the completion. Same prompts for every type."]
     lines += ["", "KV MiB: llama's own `llama_kv_cache: size` lines (iSWA: SWA + non-SWA caches summed) "
-              "of the perplexity run at this context.", ""]
+              "of the perplexity run at this context; bits/value: 16 x that size / f16's (above the type's own "
+              "bits where some layers store another type, e.g. q8_0 keys in sliding-window layers).", ""]
     k_paths = [(t, ((res.get("ppl") or {}).get(t, {}).get("kv") or {}).get("turbo_k")) for t in res.get("types", [])]
     k_paths = [(t, msgs) for t, msgs in k_paths if msgs]
     if k_paths:
