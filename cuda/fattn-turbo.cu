@@ -36,6 +36,22 @@ bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst) {
     if (Q->ne[2] % K->ne[2] != 0 || K->ne[2] != V->ne[2]) {
         return false;
     }
+    // turbo4 has only the tensor-core decode (Ampere and newer): a turbo V with a turbo K, or at D = 128 with a q8_0 K
+    // (fattn-turbo-mma.cuh). Its other pairs (turbo4 K with q8_0 / f16 V, f16 K with turbo4 V, a plain K at D = 256)
+    // would need the scalar kernel, which has no turbo4 instance: refused, so they run on the CPU
+    if (K->type == GGML_TYPE_TURBO4 || V->type == GGML_TYPE_TURBO4) {
+        const bool ok = V_turbo && ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc) &&
+            (K_turbo || (K->ne[0] == 128 && K->type == GGML_TYPE_Q8_0));
+        if (!ok) {
+            static bool said = false;   // said once: the op then runs on the CPU backend
+            if (!said) {
+                said = true;
+                GGML_LOG_WARN("ggml-cuda: turbo flash attention has no CUDA kernel for K %s / V %s at head size %d; it runs on "
+                              "the CPU\n", ggml_type_name(K->type), ggml_type_name(V->type), (int) K->ne[0]);
+            }
+            return false;
+        }
+    }
     return true;
 }
 
@@ -83,7 +99,7 @@ static turbo_mma_loop turbo_fattn_mma_loop(const int D, const ggml_type type_K, 
     if (D == 256) {
         return TURBO_MMA_WARP_PAIR;
     }
-    if (n_kv >= 16384 && type_V == GGML_TYPE_TURBO3) {
+    if (n_kv >= 16384 && (type_V == GGML_TYPE_TURBO3 || (type_K == GGML_TYPE_TURBO4 && type_V == GGML_TYPE_TURBO4))) {
         return TURBO_MMA_TWO_TILES;
     }
     if (n_kv >= 16384 && type_K == GGML_TYPE_TURBO2 && type_V == GGML_TYPE_TURBO2) {
@@ -121,6 +137,9 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     // tensor-core kernel (v4 and its successors) for a turbo V on Ampere and newer (turbo_fattn_uses_mma)
     const bool use_mma = turbo_fattn_uses_mma(K, V);
     GGML_ASSERT(!rope || use_mma);   // ggml_cuda_turbo_rope_fa_fusable checked it
+    if (!use_mma && (K->type == GGML_TYPE_TURBO4 || V->type == GGML_TYPE_TURBO4)) {
+        GGML_ABORT("turbo flash attention: turbo4 needs the tensor-core kernel");
+    }
     const turbo_mma_loop loop = turbo_fattn_mma_loop(D, K->type, V->type, n_kv);
 
     const int R     = gqa*n_q;
@@ -133,7 +152,8 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     const int blocks_base = nrg*n_head_kv*ne3;
     int target = 8*nsm;
     if (use_mma) {
-        const int occ = K->type == GGML_TYPE_TURBO3 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3>(D, V->type, loop)
+        const int occ = K->type == GGML_TYPE_TURBO4 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO4>(D, V->type, loop)
+                      : K->type == GGML_TYPE_TURBO3 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3>(D, V->type, loop)
                       : K->type == GGML_TYPE_TURBO2 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(D, V->type, loop)
                       : K->type == GGML_TYPE_Q8_0   ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_Q8_0>  (D, V->type, loop)
                                                     : ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_F16>   (D, V->type, loop);
@@ -195,6 +215,7 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     const dim3 grid(n_split, n_head_kv*nrg, ne3);
     if (use_mma) {
         switch (K->type) {
+            case GGML_TYPE_TURBO4: ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO4>(stream, D, V->type, loop, p, grid); break;
             case GGML_TYPE_TURBO3: ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3>(stream, D, V->type, loop, p, grid); break;
             case GGML_TYPE_TURBO2: ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2>(stream, D, V->type, loop, p, grid); break;
             case GGML_TYPE_Q8_0:   ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_Q8_0>  (stream, D, V->type, loop, p, grid); break;

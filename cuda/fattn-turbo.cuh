@@ -19,6 +19,7 @@
 template <ggml_type type> struct turbo_fa_stage;
 template <> struct turbo_fa_stage<GGML_TYPE_TURBO3> { static constexpr int qsw = 12; static constexpr int bs = 50; static constexpr int bits = 3; };
 template <> struct turbo_fa_stage<GGML_TYPE_TURBO2> { static constexpr int qsw = 8;  static constexpr int bs = 34; static constexpr int bits = 2; };
+template <> struct turbo_fa_stage<GGML_TYPE_TURBO4> { static constexpr int qsw = 16; static constexpr int bs = 66; static constexpr int bits = 4; };   // tensor-core kernel only
 template <> struct turbo_fa_stage<GGML_TYPE_F16>    { static constexpr int qsw = 0;  static constexpr int bs = 0;  static constexpr int bits = 0; };
 template <> struct turbo_fa_stage<GGML_TYPE_Q8_0>   { static constexpr int qsw = 0;  static constexpr int bs = 0;  static constexpr int bits = 0; };
 
@@ -682,9 +683,10 @@ void ggml_cuda_turbo_fattn_launch(cudaStream_t stream, const int D, const ggml_t
     GGML_ABORT("turbo flash attention: K/V pair or head size not compiled");
 }
 
-// K types and V types of the fused kernel (at least one of the two turbo)
+// K types and V types of the fused kernels (at least one of the two turbo; turbo4 on the tensor-core kernel only, see
+// ggml_cuda_turbo_fattn_pair_supported)
 static inline bool ggml_cuda_turbo_fattn_k_type(ggml_type t) {
-    return t == GGML_TYPE_F16 || t == GGML_TYPE_Q8_0 || t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO2;
+    return t == GGML_TYPE_F16 || t == GGML_TYPE_Q8_0 || t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO2 || t == GGML_TYPE_TURBO4;
 }
 
 extern template void ggml_cuda_turbo_fattn_launch<GGML_TYPE_F16>   (cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);
