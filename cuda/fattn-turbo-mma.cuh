@@ -11,7 +11,8 @@
 // output back once per row (k_turbo_fattn_combine). A dot product is a sum over dimensions, so each
 // thread takes the dimensions that sit together in the packed codes (see the index helpers) and q's
 // fragments use the same order. Codes become f16 pairs through a table: 6 bits (two 2-bit low planes,
-// two high bits) -> half2 of two centroids. The per-block norms scale S (K) and P (V) in f32/f16.
+// two high bits) -> half2 of two centroids; turbo4: a byte of two nibble codes -> half2, a 256-entry table
+// (turbo_mma_pick4). The per-block norms scale S (K) and P (V) in f32/f16.
 // Scores are kept in base 2 (q carries log2 e), the partial maxima are handed back in base e.
 #pragma once
 
@@ -69,7 +70,11 @@ static __device__ __forceinline__ uint32_t turbo_h2_bits(const float a, const fl
 }
 
 // pair table entry i: (centroid of code 1, centroid of code 2), i = lo1 | lo2 << 2 | hi1 << 4 | hi2 << 5
+// turbo4 (256 entries): entry i = (centroid of nibble i & 15, centroid of nibble i >> 4): a qs byte is its own index
 template <int bits> static __device__ __forceinline__ uint32_t turbo_mma_pair(const int i) {
+    if (bits == 4) {
+        return turbo_h2_bits(turbo_d_c4[i & 15], turbo_d_c4[(i >> 4) & 15]);
+    }
     if (bits == 3) {
         return turbo_h2_bits(turbo_d_c3[(i & 3) | ((i >> 4) & 1) << 2], turbo_d_c3[((i >> 2) & 3) | ((i >> 5) & 1) << 2]);
     }
@@ -100,14 +105,16 @@ struct turbo_mma_stage_cfg {
     static constexpr int WORDS = TURBO_MMA_KEYS*(KW + VW);     // one stage
     static constexpr int TPS = TILES;                          // tiles per warp step (v14: 2)
     // stages of the ring (shared memory: 48 KB static; a q8_0 or f16 K row is 3-5x a turbo one)
-    static constexpr int NSTAGE = TPS == 2 ? 4 : NB == 1 && KBS <= 50 ? 3 : 2;
+    // (turbo4's 66-byte rows stage as 5 chunks, as turbo3's 50-byte rows do: its one-tile loop gets 3 stages too)
+    static constexpr int NSTAGE = TPS == 2 ? 4 : NB == 1 && (KBS <= 50 || (KBS == 66 && VBS <= 66)) ? 3 : 2;
     static constexpr int GROUPS = NSTAGE/TPS;                  // a step's TPS stages are one cp.async group
     static_assert(TPS == 1 || NB == 1, "v14 is compiled for D = 128 only (shared memory)");
 };
 
 // the bytes of one 128-block of a K or V row: turbo3, turbo2, q8_0 (4 blocks of 32), f16
 template <ggml_type type> struct turbo_mma_block_bytes {
-    static constexpr int value = type == GGML_TYPE_TURBO3 ? 50 : type == GGML_TYPE_TURBO2 ? 34 : type == GGML_TYPE_Q8_0 ? 136 : 256;
+    static constexpr int value = type == GGML_TYPE_TURBO3 ? 50 : type == GGML_TYPE_TURBO2 ? 34 : type == GGML_TYPE_TURBO4 ? 66 :
+                                 type == GGML_TYPE_Q8_0 ? 136 : 256;
 };
 
 // asynchronous copy of 16 bytes to shared memory, L2 only; src_bytes < 16 zero-fills the rest
@@ -193,6 +200,32 @@ static __device__ __forceinline__ uint32_t turbo_mma_pick(const uint32_t table_s
     return v;
 }
 
+// turbo4: the pair of byte n (0..3) of w, from the 256-entry table at shared address table_sh (1024-byte aligned: the
+// byte, times 4, ORed into the address): a shift and one LOP3 per pick
+static __device__ __forceinline__ uint32_t turbo_mma_pick4(const uint32_t table_sh, const uint32_t w, const int n) {
+    const uint32_t x = n == 0 ? w << 2 : w >> (8*n - 2);
+    uint32_t v;
+    asm("ld.shared.u32 %0, [%1];" : "=r"(v) : "r"((x & 0x3FCu) | table_sh));
+    return v;
+}
+
+// N consecutive 32-bit values from an even byte offset of a staged row (turbo4's codes): N + 1 word loads at most
+template <int N>
+static __device__ __forceinline__ void turbo_sh_words(const uint32_t * row, const int off, uint32_t (&w)[N]) {
+    const uint32_t * r = row + (off >> 2);
+    const int sh = (off & 2)*8;
+    uint32_t x[N + 1];
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        x[i] = r[i];
+    }
+    x[N] = sh ? r[N] : 0u;   // only when needed: past the row's last word otherwise
+#pragma unroll
+    for (int i = 0; i < N; ++i) {
+        w[i] = __funnelshift_r(x[i], x[i + 1], sh);
+    }
+}
+
 // a 32-bit value at an even byte offset of a staged row
 static __device__ __forceinline__ uint32_t turbo_sh_u32(const uint32_t * row, const int off) {
     const uint32_t a = row[off >> 2];
@@ -270,8 +303,11 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     constexpr int RING = NW*cfg::NSTAGE*cfg::WORDS;                   // staging ring, words
     constexpr int OSZ  = NL*NR*D;                                     // the warps' outputs (epilogue), floats
     __shared__ float    q_sh[NR*QS];
-    __shared__ __align__(256) uint32_t pairK[64];
-    __shared__ __align__(256) uint32_t pairV[64];
+    // the pair tables: 64 entries (turbo3, turbo2; 256-byte aligned for turbo_mma_pick), 256 for turbo4 (1024-byte
+    // aligned for turbo_mma_pick4)
+    constexpr int KTAB = KBITS == 4 ? 256 : 64, VTAB = VBITS == 4 ? 256 : 64;
+    __shared__ __align__(KBITS == 4 ? 1024 : 256) uint32_t pairK[KTAB];
+    __shared__ __align__(VBITS == 4 ? 1024 : 256) uint32_t pairV[VTAB];
     __shared__ float    Ms[NL*NR], Ls[NL*NR];
     __shared__ float4   xs_s[PAIR ? NL*2*2*WARP_SIZE : 1];           // v21: each warp's half of a tile's scores,
     __shared__ float2   xs_n[PAIR ? NL*2*2*WARP_SIZE : 1];           // and its K norms, two slots per pair
@@ -293,10 +329,21 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     const int R     = p.gqa*p.n_q;
 
     if (tid < 64) {
-        if (K_TURBO) {
+        if (K_TURBO && KBITS != 4) {
             pairK[tid] = turbo_mma_pair<KBITS>(tid);
         }
-        pairV[tid] = turbo_mma_pair<VBITS>(tid);
+        if (VBITS != 4) {
+            pairV[tid] = turbo_mma_pair<VBITS>(tid);
+        }
+    }
+#pragma unroll
+    for (int i = tid; i < 256; i += NW*WARP_SIZE) {
+        if (KBITS == 4) {
+            pairK[i] = turbo_mma_pair<4>(i);
+        }
+        if (VBITS == 4) {
+            pairV[i] = turbo_mma_pair<4>(i);
+        }
     }
     const uint32_t pairK_sh = (uint32_t) __cvta_generic_to_shared(pairK);
     const uint32_t pairV_sh = (uint32_t) __cvta_generic_to_shared(pairV);
@@ -522,33 +569,53 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             s[0] = s[1] = s[2] = s[3] = 0.0f;
 #pragma unroll
             for (int b = 0; b < NBL; ++b) {
-                uint32_t lo0[2], lo1[2], hi[2];
-#pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    const uint32_t * kr = kst + (g + 8*i)*cfg::KW;
-                    lo0[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 2 + 8*t);
-                    lo1[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 6 + 8*t);
-                    hi[i]  = KBITS == 3 ? turbo_sh_u32(kr, ksh[i] + b*KBS + 34 + 4*t) : 0u;
-                }
                 float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
-                // per key: index words of pairs 0,2,4,6 | 1,3,5,7 (lo0) and 8,10,12,14 | 9,11,13,15 (lo1)
-                uint32_t ix[2][4];
+                if constexpr (KBITS == 4) {
+                    // turbo4: the lane's dims 32t .. 32t + 31 are qs bytes 16t .. 16t + 15, one byte per pair of dims:
+                    // chunk cc's pairs 2cc, 2cc + 1 are bytes 2(cc & 1), 2(cc & 1) + 1 of word cc/2
+                    uint32_t kw[2][4];
 #pragma unroll
-                for (int i = 0; i < 2; ++i) {
-                    ix[i][0] = turbo_mma_idx4<KBITS, 0>(lo0[i], hi[i], 0x1100);
-                    ix[i][1] = turbo_mma_idx4<KBITS, 1>(lo0[i], hi[i], 0x1100);
-                    ix[i][2] = turbo_mma_idx4<KBITS, 0>(lo1[i], hi[i], 0x3322);
-                    ix[i][3] = turbo_mma_idx4<KBITS, 1>(lo1[i], hi[i], 0x3322);
-                }
+                    for (int i = 0; i < 2; ++i) {
+                        turbo_sh_words<4>(kst + (g + 8*i)*cfg::KW, ksh[i] + b*KBS + 2 + 16*t, kw[i]);
+                    }
 #pragma unroll
-                for (int cc = 0; cc < 8; ++cc) {
-                    const int w = (cc >> 2)*2, n = 2*(cc & 3);   // pair 2cc is nibble n of lo0/lo1
-                    uint32_t a[4];
-                    a[0] = turbo_mma_pick(pairK_sh, ix[0][w],     n);
-                    a[1] = turbo_mma_pick(pairK_sh, ix[1][w],     n);
-                    a[2] = turbo_mma_pick(pairK_sh, ix[0][w + 1], n + 1);
-                    a[3] = turbo_mma_pick(pairK_sh, ix[1][w + 1], n + 1);
-                    turbo_mma_16816<TPS == 1>(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
+                    for (int cc = 0; cc < 8; ++cc) {
+                        const int n = 2*(cc & 1);
+                        uint32_t a[4];
+                        a[0] = turbo_mma_pick4(pairK_sh, kw[0][cc >> 1], n);
+                        a[1] = turbo_mma_pick4(pairK_sh, kw[1][cc >> 1], n);
+                        a[2] = turbo_mma_pick4(pairK_sh, kw[0][cc >> 1], n + 1);
+                        a[3] = turbo_mma_pick4(pairK_sh, kw[1][cc >> 1], n + 1);
+                        turbo_mma_16816<TPS == 1>(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
+                    }
+                } else {
+                    uint32_t lo0[2], lo1[2], hi[2];
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) {
+                        const uint32_t * kr = kst + (g + 8*i)*cfg::KW;
+                        lo0[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 2 + 8*t);
+                        lo1[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 6 + 8*t);
+                        hi[i]  = KBITS == 3 ? turbo_sh_u32(kr, ksh[i] + b*KBS + 34 + 4*t) : 0u;
+                    }
+                    // per key: index words of pairs 0,2,4,6 | 1,3,5,7 (lo0) and 8,10,12,14 | 9,11,13,15 (lo1)
+                    uint32_t ix[2][4];
+#pragma unroll
+                    for (int i = 0; i < 2; ++i) {
+                        ix[i][0] = turbo_mma_idx4<KBITS, 0>(lo0[i], hi[i], 0x1100);
+                        ix[i][1] = turbo_mma_idx4<KBITS, 1>(lo0[i], hi[i], 0x1100);
+                        ix[i][2] = turbo_mma_idx4<KBITS, 0>(lo1[i], hi[i], 0x3322);
+                        ix[i][3] = turbo_mma_idx4<KBITS, 1>(lo1[i], hi[i], 0x3322);
+                    }
+#pragma unroll
+                    for (int cc = 0; cc < 8; ++cc) {
+                        const int w = (cc >> 2)*2, n = 2*(cc & 3);   // pair 2cc is nibble n of lo0/lo1
+                        uint32_t a[4];
+                        a[0] = turbo_mma_pick(pairK_sh, ix[0][w],     n);
+                        a[1] = turbo_mma_pick(pairK_sh, ix[1][w],     n);
+                        a[2] = turbo_mma_pick(pairK_sh, ix[0][w + 1], n + 1);
+                        a[3] = turbo_mma_pick(pairK_sh, ix[1][w + 1], n + 1);
+                        turbo_mma_16816<TPS == 1>(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
+                    }
                 }
                 const float n0 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + g*cfg::KW, ksh[0] + b*KBS)));
                 const float n1 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + (g + 8)*cfg::KW, ksh[1] + b*KBS)));
@@ -594,34 +661,63 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             const float vn1 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(vst + (g + 8)*cfg::VW, vsh[1] + b*VBS)));
             const uint32_t pb0 = turbo_movmatrix_trans(turbo_h2_bits(pr[0]*vn0, pr[1]*vn0));  // keys 2t, 2t+1; row g
             const uint32_t pb1 = turbo_movmatrix_trans(turbo_h2_bits(pr[2]*vn1, pr[3]*vn1));  // keys 2t+8, 2t+9
-            turbo_mma_vpair v01, v89;
-            {
-                uint32_t w[4], h[4];
+            if constexpr (VBITS == 4) {
+                // turbo4: the lane's dims 16g .. 16g + 15 are qs bytes 8g .. 8g + 7 of each of its keys. ev / od [keys 2t,
+                // 2t+1 | 2t+8, 2t+9][word]: byte m of word w = the two keys' codes (first key in the low nibble, the pair
+                // table's index) at dim 16g + 8w + 2m (ev) or + 1 (od), i.e. fragment register 0/2 (ev) or 1/3 (od) of
+                // pair jj = 4w + m
+                uint32_t ev[2][2], od[2][2];
 #pragma unroll
-                for (int i = 0; i < 4; ++i) {
-                    const uint32_t * vr = vst + (2*t + (i & 1) + 8*(i >> 1))*cfg::VW;
-                    w[i] = turbo_sh_u32(vr, vsh4[i] + b*VBS + 2 + 4*g);
-                    h[i] = VBITS == 3 ? turbo_sh_u16(vr, vsh4[i] + b*VBS + 34 + 2*g) : 0u;
+                for (int kp = 0; kp < 2; ++kp) {
+                    uint32_t wa[2], wb[2];
+                    turbo_sh_words<2>(vst + (2*t + 8*kp)*cfg::VW, vsh4[2*kp] + b*VBS + 2 + 8*g, wa);
+                    turbo_sh_words<2>(vst + (2*t + 1 + 8*kp)*cfg::VW, vsh4[2*kp + 1] + b*VBS + 2 + 8*g, wb);
+#pragma unroll
+                    for (int w = 0; w < 2; ++w) {
+                        ev[kp][w] = (wa[w] & 0x0F0F0F0Fu) | ((wb[w] & 0x0F0F0F0Fu) << 4);
+                        od[kp][w] = ((wa[w] >> 4) & 0x0F0F0F0Fu) | (wb[w] & 0xF0F0F0F0u);
+                    }
                 }
-                v01.make(w[0], w[1], h[0], h[1]);
-                v89.make(w[2], w[3], h[2], h[3]);
-            }
-            // index words [fragment register][parity of jj]: the same nibble layout as K's lo0 with hi's low half.
-            // Fragment register r of pair jj: dim 16g + 2jj (r = 0, 2) or 16g + 2jj + 1 (r = 1, 3), keys 2t, 2t+1
-            // (r = 0, 1) or 2t+8, 2t+9 (r = 2, 3)
-            uint32_t vx[4][2];
-            vx[0][0] = turbo_mma_idx4<VBITS, 0>(v01.lo_e, v01.hi_e, 0x1100); vx[0][1] = turbo_mma_idx4<VBITS, 1>(v01.lo_e, v01.hi_e, 0x1100);
-            vx[1][0] = turbo_mma_idx4<VBITS, 0>(v01.lo_o, v01.hi_o, 0x1100); vx[1][1] = turbo_mma_idx4<VBITS, 1>(v01.lo_o, v01.hi_o, 0x1100);
-            vx[2][0] = turbo_mma_idx4<VBITS, 0>(v89.lo_e, v89.hi_e, 0x1100); vx[2][1] = turbo_mma_idx4<VBITS, 1>(v89.lo_e, v89.hi_e, 0x1100);
-            vx[3][0] = turbo_mma_idx4<VBITS, 0>(v89.lo_o, v89.hi_o, 0x1100); vx[3][1] = turbo_mma_idx4<VBITS, 1>(v89.lo_o, v89.hi_o, 0x1100);
 #pragma unroll
-            for (int jj = 0; jj < 8; ++jj) {
-                uint32_t a[4];
-#pragma unroll
-                for (int r = 0; r < 4; ++r) {
-                    a[r] = turbo_mma_pick(pairV_sh, vx[r][jj & 1], jj);
+                for (int jj = 0; jj < 8; ++jj) {
+                    const int w = jj >> 2, m = jj & 3;
+                    uint32_t a[4];
+                    a[0] = turbo_mma_pick4(pairV_sh, ev[0][w], m);
+                    a[1] = turbo_mma_pick4(pairV_sh, od[0][w], m);
+                    a[2] = turbo_mma_pick4(pairV_sh, ev[1][w], m);
+                    a[3] = turbo_mma_pick4(pairV_sh, od[1][w], m);
+                    turbo_mma_16816<TPS == 1>(o[8*b + jj], a, pb0, pb1);
                 }
-                turbo_mma_16816<TPS == 1>(o[8*b + jj], a, pb0, pb1);
+            } else {
+                turbo_mma_vpair v01, v89;
+                {
+                    uint32_t w[4], h[4];
+#pragma unroll
+                    for (int i = 0; i < 4; ++i) {
+                        const uint32_t * vr = vst + (2*t + (i & 1) + 8*(i >> 1))*cfg::VW;
+                        w[i] = turbo_sh_u32(vr, vsh4[i] + b*VBS + 2 + 4*g);
+                        h[i] = VBITS == 3 ? turbo_sh_u16(vr, vsh4[i] + b*VBS + 34 + 2*g) : 0u;
+                    }
+                    v01.make(w[0], w[1], h[0], h[1]);
+                    v89.make(w[2], w[3], h[2], h[3]);
+                }
+                // index words [fragment register][parity of jj]: the same nibble layout as K's lo0 with hi's low half.
+                // Fragment register r of pair jj: dim 16g + 2jj (r = 0, 2) or 16g + 2jj + 1 (r = 1, 3), keys 2t, 2t+1
+                // (r = 0, 1) or 2t+8, 2t+9 (r = 2, 3)
+                uint32_t vx[4][2];
+                vx[0][0] = turbo_mma_idx4<VBITS, 0>(v01.lo_e, v01.hi_e, 0x1100); vx[0][1] = turbo_mma_idx4<VBITS, 1>(v01.lo_e, v01.hi_e, 0x1100);
+                vx[1][0] = turbo_mma_idx4<VBITS, 0>(v01.lo_o, v01.hi_o, 0x1100); vx[1][1] = turbo_mma_idx4<VBITS, 1>(v01.lo_o, v01.hi_o, 0x1100);
+                vx[2][0] = turbo_mma_idx4<VBITS, 0>(v89.lo_e, v89.hi_e, 0x1100); vx[2][1] = turbo_mma_idx4<VBITS, 1>(v89.lo_e, v89.hi_e, 0x1100);
+                vx[3][0] = turbo_mma_idx4<VBITS, 0>(v89.lo_o, v89.hi_o, 0x1100); vx[3][1] = turbo_mma_idx4<VBITS, 1>(v89.lo_o, v89.hi_o, 0x1100);
+#pragma unroll
+                for (int jj = 0; jj < 8; ++jj) {
+                    uint32_t a[4];
+#pragma unroll
+                    for (int r = 0; r < 4; ++r) {
+                        a[r] = turbo_mma_pick(pairV_sh, vx[r][jj & 1], jj);
+                    }
+                    turbo_mma_16816<TPS == 1>(o[8*b + jj], a, pb0, pb1);
+                }
             }
         }
     };
@@ -765,11 +861,17 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 // turbo3 V and (turbo2 K only) its ex2 form for turbo2 V; at D = 256 the warp pair
 #define TURBO_MMA_FOR_EACH(X) \
     X(128, GGML_TYPE_TURBO3, TURBO_MMA_ONE_TILE) X(128, GGML_TYPE_TURBO2, TURBO_MMA_ONE_TILE) \
+    X(128, GGML_TYPE_TURBO4, TURBO_MMA_ONE_TILE) \
     X(128, GGML_TYPE_TURBO3, TURBO_MMA_TWO_TILES) \
-    X(256, GGML_TYPE_TURBO3, TURBO_MMA_WARP_PAIR) X(256, GGML_TYPE_TURBO2, TURBO_MMA_WARP_PAIR)
+    X(256, GGML_TYPE_TURBO3, TURBO_MMA_WARP_PAIR) X(256, GGML_TYPE_TURBO2, TURBO_MMA_WARP_PAIR) \
+    X(256, GGML_TYPE_TURBO4, TURBO_MMA_WARP_PAIR)
 #define TURBO_MMA_FOR_EACH_K_TURBO2(X) X(128, GGML_TYPE_TURBO2, TURBO_MMA_TWO_TILES_EX2)
-// q8_0 and f16 K with turbo V (fattn-turbo-kq8_0.cu / -kf16.cu): D = 128, one tile per step
+// turbo4 K with turbo4 V from 16K keys: two tiles per step, as turbo3
+#define TURBO_MMA_FOR_EACH_K_TURBO4(X) X(128, GGML_TYPE_TURBO4, TURBO_MMA_TWO_TILES)
+// q8_0 and f16 K with turbo V (fattn-turbo-kq8_0.cu / -kf16.cu): D = 128, one tile per step. turbo4 V with q8_0 K only:
+// with an f16 K (two stages of 256-byte rows) its 1 KB pair table does not fit in the 48 KB of static shared memory
 #define TURBO_MMA_FOR_EACH_K_PLAIN(X) X(128, GGML_TYPE_TURBO3, TURBO_MMA_ONE_TILE) X(128, GGML_TYPE_TURBO2, TURBO_MMA_ONE_TILE)
+#define TURBO_MMA_FOR_EACH_K_Q8_0(X) X(128, GGML_TYPE_TURBO4, TURBO_MMA_ONE_TILE)
 
 template <ggml_type type_K>
 void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const ggml_type type_V, const turbo_mma_loop loop,
@@ -787,6 +889,12 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
     if constexpr (type_K == GGML_TYPE_TURBO2) {
         TURBO_MMA_FOR_EACH_K_TURBO2(TURBO_MMA_CASE)
     }
+    if constexpr (type_K == GGML_TYPE_TURBO4) {
+        TURBO_MMA_FOR_EACH_K_TURBO4(TURBO_MMA_CASE)
+    }
+    if constexpr (type_K == GGML_TYPE_Q8_0) {
+        TURBO_MMA_FOR_EACH_K_Q8_0(TURBO_MMA_CASE)
+    }
 #undef TURBO_MMA_CASE
     GGML_ABORT("turbo flash attention (mma): K/V pair, head size or loop not compiled");
 }
@@ -794,8 +902,8 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at one whole wave)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const turbo_mma_loop loop) {
-    static int cache[2][2][4] = {};   // [D == 256][V turbo2][loop]
-    int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2][loop];
+    static int cache[2][3][4] = {};   // [D == 256][V turbo3, turbo2, turbo4][loop]
+    int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2 ? 1 : type_V == GGML_TYPE_TURBO4 ? 2 : 0][loop];
     if (n == 0) {
         const void * fn = nullptr;
 #define TURBO_MMA_FN(DD, TYPE_V, LL) if (D == DD && type_V == TYPE_V && loop == LL) fn = (const void *) k_turbo_fattn_mma<DD, type_K, TYPE_V, LL>;
@@ -807,6 +915,12 @@ int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, con
         if constexpr (type_K == GGML_TYPE_TURBO2) {
             TURBO_MMA_FOR_EACH_K_TURBO2(TURBO_MMA_FN)
         }
+        if constexpr (type_K == GGML_TYPE_TURBO4) {
+            TURBO_MMA_FOR_EACH_K_TURBO4(TURBO_MMA_FN)
+        }
+        if constexpr (type_K == GGML_TYPE_Q8_0) {
+            TURBO_MMA_FOR_EACH_K_Q8_0(TURBO_MMA_FN)
+        }
 #undef TURBO_MMA_FN
         GGML_ASSERT(fn);
         CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, TURBO_MMA_WARPS*WARP_SIZE, 0));
@@ -817,6 +931,8 @@ int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, con
 
 extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3>(cudaStream_t, int, ggml_type, turbo_mma_loop, const turbo_fa_params &, dim3);
 extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2>(cudaStream_t, int, ggml_type, turbo_mma_loop, const turbo_fa_params &, dim3);
+extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO4>(cudaStream_t, int, ggml_type, turbo_mma_loop, const turbo_fa_params &, dim3);
+extern template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO4>(int, ggml_type, turbo_mma_loop);
 extern template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3>(int, ggml_type, turbo_mma_loop);
 extern template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(int, ggml_type, turbo_mma_loop);
 extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_Q8_0>(cudaStream_t, int, ggml_type, turbo_mma_loop, const turbo_fa_params &, dim3);

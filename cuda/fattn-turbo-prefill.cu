@@ -120,7 +120,7 @@ static __global__ void k_turbo_unrotate_rows(float * __restrict__ x, const int64
 template <int bits, int NB>
 static __global__ void k_turbo_decode_rotated_f16(const char * __restrict__ src, half * __restrict__ dst, const int nblk,
         const int nbr, const int ne1, const int ne2, const size_t nb1, const size_t nb2, const size_t nb3) {
-    constexpr int BS = bits == 3 ? 50 : 34;
+    constexpr int BS = bits == 4 ? 66 : bits == 3 ? 50 : 34;
     const int w0   = turbo_warp_index()*NB;
     const int lane = threadIdx.x % WARP_SIZE;
     if (w0 >= nblk) {
@@ -137,8 +137,13 @@ static __global__ void k_turbo_decode_rotated_f16(const char * __restrict__ src,
         }
         const uint8_t * blk = (const uint8_t *) (src + b.i1*nb1 + b.i2*nb2 + b.i3*nb3) + b.ib*BS;
         norm[j] = *(const half *) blk;
-        lo[j] = blk[2 + lane];                                                   // codes 4 lane .. 4 lane + 3, 2 bits each
-        hi[j] = bits == 3 ? (blk[2 + 32 + (lane >> 1)] >> (4*(lane & 1))) & 15 : 0;   // their high bits
+        if (bits == 4) {   // turbo4: codes 4 lane .. 4 lane + 3 are the nibbles of qs[2 lane], qs[2 lane + 1]
+            lo[j] = *(const uint16_t *) (blk + 2 + 2*lane);
+            hi[j] = 0;
+        } else {
+            lo[j] = blk[2 + lane];                                                   // codes 4 lane .. 4 lane + 3, 2 bits each
+            hi[j] = bits == 3 ? (blk[2 + 32 + (lane >> 1)] >> (4*(lane & 1))) & 15 : 0;   // their high bits
+        }
     }
 #pragma unroll
     for (int j = 0; j < NB; ++j) {
@@ -146,7 +151,7 @@ static __global__ void k_turbo_decode_rotated_f16(const char * __restrict__ src,
         half h[4];
 #pragma unroll
         for (int i = 0; i < 4; ++i) {
-            const int c = ((lo[j] >> (2*i)) & 3) | (((hi[j] >> i) & 1) << 2);
+            const int c = bits == 4 ? (lo[j] >> (4*i)) & 15 : ((lo[j] >> (2*i)) & 3) | (((hi[j] >> i) & 1) << 2);
             h[i] = __float2half(nj*__shfl_sync(0xffffffff, book, c));
         }
         uint2 out;
@@ -177,7 +182,8 @@ static void turbo_decode_rotated(cudaStream_t stream, const ggml_tensor * t, hal
     const int64_t nblk = nbr*t->ne[1]*t->ne[2]*t->ne[3];
     GGML_ASSERT(nblk < INT32_MAX - 8*TURBO_ROT_NB && t->nb[0] == ggml_type_size(t->type));   // the kernel's 32-bit indexes
     constexpr int NB = TURBO_ROT_NB;
-    auto kernel = t->type == GGML_TYPE_TURBO3 ? k_turbo_decode_rotated_f16<3, NB> : k_turbo_decode_rotated_f16<2, NB>;
+    auto kernel = t->type == GGML_TYPE_TURBO4 ? k_turbo_decode_rotated_f16<4, NB> :
+                  t->type == GGML_TYPE_TURBO3 ? k_turbo_decode_rotated_f16<3, NB> : k_turbo_decode_rotated_f16<2, NB>;
     kernel<<<turbo_rot_grid(nblk, NB), TURBO_ROT_WARPS*WARP_SIZE, 0, stream>>>((const char *) t->data, out, (int) nblk,
         (int) nbr, (int) t->ne[1], (int) t->ne[2], t->nb[1], t->nb[2], t->nb[3]);
 }

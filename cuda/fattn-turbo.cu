@@ -36,6 +36,21 @@ bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst) {
     if (Q->ne[2] % K->ne[2] != 0 || K->ne[2] != V->ne[2]) {
         return false;
     }
+    // turbo4 with a turbo partner runs on the tensor-core kernel only (Ampere and newer; the scalar kernel has no such
+    // instance): refused elsewhere, so it runs on the CPU. With a q8_0 / f16 partner the scalar kernel serves it
+    // (and the tensor-core kernel q8_0 K with turbo4 V at D = 128)
+    if (K->type == GGML_TYPE_TURBO4 || V->type == GGML_TYPE_TURBO4) {
+        const bool ok = !(K_turbo && V_turbo) || ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc);
+        if (!ok) {
+            static bool said = false;   // said once: the op then runs on the CPU backend
+            if (!said) {
+                said = true;
+                GGML_LOG_WARN("ggml-cuda: turbo flash attention has no CUDA kernel for K %s / V %s at head size %d; it runs on "
+                              "the CPU\n", ggml_type_name(K->type), ggml_type_name(V->type), (int) K->ne[0]);
+            }
+            return false;
+        }
+    }
     return true;
 }
 
@@ -65,6 +80,9 @@ static bool turbo_fattn_uses_mma(const ggml_tensor * K, const ggml_tensor * V) {
     if (ggml_cuda_is_turbo_type(K->type)) {
         return true;
     }
+    if (K->type == GGML_TYPE_F16 && V->type == GGML_TYPE_TURBO4) {
+        return false;   // f16 K with turbo4 V does not fit 48 KB of static shared memory there: the scalar kernel
+    }
     const bool f16_aligned = K->type == GGML_TYPE_F16 && (uintptr_t) K->data % 16 == 0 && K->nb[1] % 16 == 0 &&
         K->nb[2] % 16 == 0 && K->nb[3] % 16 == 0;
     return K->ne[0] == 128 && (K->type == GGML_TYPE_Q8_0 || f16_aligned);
@@ -83,7 +101,7 @@ static turbo_mma_loop turbo_fattn_mma_loop(const int D, const ggml_type type_K, 
     if (D == 256) {
         return TURBO_MMA_WARP_PAIR;
     }
-    if (n_kv >= 16384 && type_V == GGML_TYPE_TURBO3) {
+    if (n_kv >= 16384 && (type_V == GGML_TYPE_TURBO3 || (type_K == GGML_TYPE_TURBO4 && type_V == GGML_TYPE_TURBO4))) {
         return TURBO_MMA_TWO_TILES;
     }
     if (n_kv >= 16384 && type_K == GGML_TYPE_TURBO2 && type_V == GGML_TYPE_TURBO2) {
@@ -121,6 +139,9 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     // tensor-core kernel (v4 and its successors) for a turbo V on Ampere and newer (turbo_fattn_uses_mma)
     const bool use_mma = turbo_fattn_uses_mma(K, V);
     GGML_ASSERT(!rope || use_mma);   // ggml_cuda_turbo_rope_fa_fusable checked it
+    if (!use_mma && ggml_cuda_is_turbo_type(K->type) && ggml_cuda_is_turbo_type(V->type) && (K->type == GGML_TYPE_TURBO4 || V->type == GGML_TYPE_TURBO4)) {
+        GGML_ABORT("turbo flash attention: turbo4 with a turbo partner needs the tensor-core kernel");
+    }
     const turbo_mma_loop loop = turbo_fattn_mma_loop(D, K->type, V->type, n_kv);
 
     const int R     = gqa*n_q;
@@ -133,7 +154,8 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     const int blocks_base = nrg*n_head_kv*ne3;
     int target = 8*nsm;
     if (use_mma) {
-        const int occ = K->type == GGML_TYPE_TURBO3 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3>(D, V->type, loop)
+        const int occ = K->type == GGML_TYPE_TURBO4 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO4>(D, V->type, loop)
+                      : K->type == GGML_TYPE_TURBO3 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3>(D, V->type, loop)
                       : K->type == GGML_TYPE_TURBO2 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(D, V->type, loop)
                       : K->type == GGML_TYPE_Q8_0   ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_Q8_0>  (D, V->type, loop)
                                                     : ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_F16>   (D, V->type, loop);
@@ -195,6 +217,7 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     const dim3 grid(n_split, n_head_kv*nrg, ne3);
     if (use_mma) {
         switch (K->type) {
+            case GGML_TYPE_TURBO4: ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO4>(stream, D, V->type, loop, p, grid); break;
             case GGML_TYPE_TURBO3: ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3>(stream, D, V->type, loop, p, grid); break;
             case GGML_TYPE_TURBO2: ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2>(stream, D, V->type, loop, p, grid); break;
             case GGML_TYPE_Q8_0:   ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_Q8_0>  (stream, D, V->type, loop, p, grid); break;
@@ -206,6 +229,7 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
         case GGML_TYPE_Q8_0:   ggml_cuda_turbo_fattn_launch<GGML_TYPE_Q8_0>  (stream, D, V->type, ncols, p, grid); break;
         case GGML_TYPE_TURBO3: ggml_cuda_turbo_fattn_launch<GGML_TYPE_TURBO3>(stream, D, V->type, ncols, p, grid); break;
         case GGML_TYPE_TURBO2: ggml_cuda_turbo_fattn_launch<GGML_TYPE_TURBO2>(stream, D, V->type, ncols, p, grid); break;
+        case GGML_TYPE_TURBO4: ggml_cuda_turbo_fattn_launch<GGML_TYPE_TURBO4>(stream, D, V->type, ncols, p, grid); break;
         default: GGML_ABORT("turbo flash attention: unsupported K type %s", ggml_type_name(K->type));
     }
     CUDA_CHECK(cudaGetLastError());

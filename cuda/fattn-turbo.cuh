@@ -19,6 +19,7 @@
 template <ggml_type type> struct turbo_fa_stage;
 template <> struct turbo_fa_stage<GGML_TYPE_TURBO3> { static constexpr int qsw = 12; static constexpr int bs = 50; static constexpr int bits = 3; };
 template <> struct turbo_fa_stage<GGML_TYPE_TURBO2> { static constexpr int qsw = 8;  static constexpr int bs = 34; static constexpr int bits = 2; };
+template <> struct turbo_fa_stage<GGML_TYPE_TURBO4> { static constexpr int qsw = 16; static constexpr int bs = 66; static constexpr int bits = 4; };
 template <> struct turbo_fa_stage<GGML_TYPE_F16>    { static constexpr int qsw = 0;  static constexpr int bs = 0;  static constexpr int bits = 0; };
 template <> struct turbo_fa_stage<GGML_TYPE_Q8_0>   { static constexpr int qsw = 0;  static constexpr int bs = 0;  static constexpr int bits = 0; };
 
@@ -140,6 +141,9 @@ template <int NB> struct turbo_fa_pref<GGML_TYPE_Q8_0, NB> {
 
 template <int bits>
 static __device__ __forceinline__ int turbo_fa_code(const uint32_t * w, const int i) {
+    if (bits == 4) {
+        return (w[i >> 3] >> (4*(i & 7))) & 15;   // turbo4: code i is nibble i & 1 of byte i/2
+    }
     int c = (w[i >> 4] >> ((i & 15)*2)) & 3;
     if (bits == 3) {
         c |= ((w[8 + (i >> 5)] >> (i & 31)) & 1) << 2;
@@ -177,8 +181,8 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
     __shared__ float    S_tile[TURBO_FA_TILE*NCOLS];
     __shared__ float    M_sh[NCOLS], S_sh[NCOLS], A_sh[NCOLS], slope_sh[NCOLS];
     __shared__ int      row_j_sh[NCOLS];
-    __shared__ float2   pairK[64];
-    __shared__ float    ctabV[8];
+    __shared__ float2   pairK[turbo_fa_stage<type_K>::bits == 4 ? 256 : 64];
+    __shared__ float    ctabV[turbo_fa_stage<type_V>::bits == 4 ? 16 : 8];
 
     float * q_sh = (float *) q_sh4;
     float * P_sh = (float *) P_sh4;
@@ -203,9 +207,18 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
             pairK[tid] = make_float2(turbo_d_c2[tid & 3], turbo_d_c2[(tid >> 2) & 3]);
         }
     }
+    if (turbo_fa_stage<type_K>::bits == 4) {
+        // turbo4: a qs byte (the codes of two consecutive values) is the index
+        for (int i = tid; i < 256; i += TURBO_FA_THREADS) {
+            pairK[i] = make_float2(turbo_d_c4[i & 15], turbo_d_c4[i >> 4]);
+        }
+    }
     if (tid < 8) {
         if (turbo_fa_stage<type_V>::bits == 3) ctabV[tid] = turbo_d_c3[tid];
         if (turbo_fa_stage<type_V>::bits == 2) ctabV[tid] = turbo_d_c2[tid & 3];
+    }
+    if (turbo_fa_stage<type_V>::bits == 4 && tid < 16) {
+        ctabV[tid] = turbo_d_c4[tid];
     }
     if (tid < NCOLS) {
         const int rho = rg*NCOLS + tid;
@@ -305,7 +318,7 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
                     if constexpr (K_turbo) {
                         constexpr int bits = turbo_fa_stage<type_K>::bits;
                         const uint32_t * w = kw_sh + kq*KSTRIDE + b*KQSW;
-                        const uint32_t lo0 = w[2*qq], lo1 = w[2*qq + 1];
+                        const uint32_t lo0 = w[bits == 4 ? 0 : 2*qq], lo1 = w[bits == 4 ? 0 : 2*qq + 1];
                         const uint32_t hi  = bits == 3 ? w[8 + qq] : 0u;
 #pragma unroll
                         for (int j = 0; j < 16; ++j) {
@@ -313,6 +326,9 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
                             int idx = (lo >> (4*(j & 7))) & 15;
                             if (bits == 3) {
                                 idx |= ((hi >> (2*j)) & 3) << 4;
+                            }
+                            if (bits == 4) {   // turbo4: byte j of the quarter's 16 bytes (values 2j, 2j + 1)
+                                idx = (w[4*qq + (j >> 2)] >> (8*(j & 3))) & 255;
                             }
                             const float2 c = pairK[idx];
 #pragma unroll
@@ -671,23 +687,30 @@ void ggml_cuda_turbo_fattn_launch(cudaStream_t stream, const int D, const ggml_t
     }
 #define TURBO_FA_CASES_V(TYPE_V) \
     TURBO_FA_CASE(128, TYPE_V, 4) TURBO_FA_CASE(128, TYPE_V, 8) TURBO_FA_CASE(256, TYPE_V, 4) TURBO_FA_CASE(256, TYPE_V, 8)
-    TURBO_FA_CASES_V(GGML_TYPE_TURBO3)
-    TURBO_FA_CASES_V(GGML_TYPE_TURBO2)
+    // (turbo4 K with a turbo V, and q8_0 K with turbo4 V at D = 128, run on the tensor cores only: no instance here)
+    if constexpr (type_K != GGML_TYPE_TURBO4) {
+        TURBO_FA_CASES_V(GGML_TYPE_TURBO3)
+        TURBO_FA_CASES_V(GGML_TYPE_TURBO2)
+    }
     if constexpr (ggml_cuda_type_is_turbo(type_K)) {
         TURBO_FA_CASES_V(GGML_TYPE_F16)
         TURBO_FA_CASES_V(GGML_TYPE_Q8_0)
+    } else {
+        TURBO_FA_CASES_V(GGML_TYPE_TURBO4)
     }
 #undef TURBO_FA_CASES_V
 #undef TURBO_FA_CASE
     GGML_ABORT("turbo flash attention: K/V pair or head size not compiled");
 }
 
-// K types and V types of the fused kernel (at least one of the two turbo)
+// K types and V types of the fused kernels (at least one of the two turbo; which turbo4 pairs: see
+// ggml_cuda_turbo_fattn_pair_supported)
 static inline bool ggml_cuda_turbo_fattn_k_type(ggml_type t) {
-    return t == GGML_TYPE_F16 || t == GGML_TYPE_Q8_0 || t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO2;
+    return t == GGML_TYPE_F16 || t == GGML_TYPE_Q8_0 || t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO2 || t == GGML_TYPE_TURBO4;
 }
 
 extern template void ggml_cuda_turbo_fattn_launch<GGML_TYPE_F16>   (cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);
 extern template void ggml_cuda_turbo_fattn_launch<GGML_TYPE_Q8_0>  (cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);
 extern template void ggml_cuda_turbo_fattn_launch<GGML_TYPE_TURBO3>(cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);
 extern template void ggml_cuda_turbo_fattn_launch<GGML_TYPE_TURBO2>(cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);
+extern template void ggml_cuda_turbo_fattn_launch<GGML_TYPE_TURBO4>(cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);

@@ -1,6 +1,6 @@
 // turbo-llama: bit-exactness of the CUDA turbo write path against the CPU reference.
 //
-// SET_ROWS (f32 and f16 sources) and CPY into turbo3/turbo2 are computed on CUDA0 through ggml-backend;
+// SET_ROWS (f32 and f16 sources) and CPY into turbo4/turbo3/turbo2 are computed on CUDA0 through ggml-backend;
 // every written block is compared byte for byte with ggml_quantize_chunk (= quantize_row_turbo*_ref).
 // GET_ROWS back to f32 on CUDA0 is compared bit for bit with the type's to_float (dequantize_row_turbo*).
 // Rows cover normal, uniform, large (> 2^32, the rescaled path), small (FP16-subnormal norms), constant,
@@ -21,7 +21,7 @@
 
 static const int NCOLS = 1024;     // 8 blocks of 128 per row
 // rows of a case: 512 (4096 blocks: f32 rows take the bulk 2-thread write kernel) or 48 (384 blocks: the warp
-// kernel, as a decode step's writes); f16 rows always take the warp kernel
+// kernel, as a decode step's writes); f16 rows and turbo4 always take the warp kernel
 static int NROWS = 512;
 static const int NDST  = 600;
 
@@ -142,7 +142,7 @@ int main() {
     int fails = 0;
     for (int rows : { 512, 48 }) {
         NROWS = rows;
-        for (ggml_type type : { GGML_TYPE_TURBO3, GGML_TYPE_TURBO2 }) {
+        for (ggml_type type : { GGML_TYPE_TURBO4, GGML_TYPE_TURBO3, GGML_TYPE_TURBO2 }) {
             for (ggml_type st : { GGML_TYPE_F32, GGML_TYPE_F16 }) {
                 fails += run_case(be, type, st, false, rng);
                 fails += run_case(be, type, st, true, rng);

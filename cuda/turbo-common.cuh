@@ -1,4 +1,4 @@
-// turbo-llama: CUDA side of the turbo3/turbo2 KV-cache formats (see cpu_ref/ggml-turbo.h).
+// turbo-llama: CUDA side of the turbo4/turbo3/turbo2 KV-cache formats (see cpu_ref/ggml-turbo.h).
 //
 // The format's single source of truth is cpu_ref/ (copied to ggml/src/ by the overlay). The device
 // tables below repeat its constants as literals (device code cannot read the host arrays of
@@ -29,23 +29,40 @@ static __device__ __constant__ unsigned int turbo_d_sign_words[4] = {
                          4.409375120e-02f,  9.236080523e-02f,  1.532666088e-01f }
 #define TURBO_CUDA_C2 { -1.330422666e-01f, -3.999196213e-02f, 3.999196213e-02f, 1.330422666e-01f }
 #define TURBO_CUDA_B2 { -8.651711434e-02f, 0.000000000e+00f, 8.651711434e-02f }
+#define TURBO_CUDA_C4 { -2.376536064e-01f, -1.808237238e-01f, -1.417921709e-01f, -1.102754179e-01f, \
+                        -8.281619917e-02f, -5.776178037e-02f, -3.414419324e-02f, -1.129977427e-02f, \
+                         1.129977427e-02f,  3.414419324e-02f,  5.776178037e-02f,  8.281619917e-02f, \
+                         1.102754179e-01f,  1.417921709e-01f,  1.808237238e-01f,  2.376536064e-01f }
+#define TURBO_CUDA_B4 { -2.092386651e-01f, -1.613079474e-01f, -1.260337944e-01f, -9.654580853e-02f, \
+                        -7.028898977e-02f, -4.595298680e-02f, -2.272198376e-02f,  0.000000000e+00f, \
+                         2.272198376e-02f,  4.595298680e-02f,  7.028898977e-02f,  9.654580853e-02f, \
+                         1.260337944e-01f,  1.613079474e-01f,  2.092386651e-01f }
 
 static __device__ __constant__ float turbo_d_c3[8] = TURBO_CUDA_C3;
 static __device__ __constant__ float turbo_d_b3[7] = TURBO_CUDA_B3;
 static __device__ __constant__ float turbo_d_c2[4] = TURBO_CUDA_C2;
 static __device__ __constant__ float turbo_d_b2[3] = TURBO_CUDA_B2;
+static __device__ __constant__ float turbo_d_c4[16] = TURBO_CUDA_C4;
+static __device__ __constant__ float turbo_d_b4[15] = TURBO_CUDA_B4;
 
 // ---- encode helpers shared by the KV writes (cuda/host-check/ compiles this part on the host)
 // the code of y and its centroid: the boundaries ascend, so the ones below y are a prefix, the count is the code
+// (bits: 4 turbo4, 3 turbo3, 2 turbo2)
+static __device__ __forceinline__ float turbo_centroid(const int bits, const int c) {
+    return bits == 4 ? turbo_d_c4[c] : bits == 3 ? turbo_d_c3[c] : turbo_d_c2[c];
+}
+static __device__ __forceinline__ float turbo_boundary(const int bits, const int b) {
+    return bits == 4 ? turbo_d_b4[b] : bits == 3 ? turbo_d_b3[b] : turbo_d_b2[b];
+}
 template <int bits>
 static __device__ __forceinline__ int turbo_code_of(const float y, float & cv) {
     int c = 0;
-    cv = bits == 3 ? turbo_d_c3[0] : turbo_d_c2[0];
+    cv = turbo_centroid(bits, 0);
 #pragma unroll
-    for (int b = 0; b < (bits == 3 ? 7 : 3); ++b) {
-        if (y > (bits == 3 ? turbo_d_b3[b] : turbo_d_b2[b])) {
+    for (int b = 0; b < (1 << bits) - 1; ++b) {
+        if (y > turbo_boundary(bits, b)) {
             c = b + 1;
-            cv = bits == 3 ? turbo_d_c3[b + 1] : turbo_d_c2[b + 1];
+            cv = turbo_centroid(bits, b + 1);
         }
     }
     return c;
@@ -79,7 +96,7 @@ static __device__ __forceinline__ int turbo_prescale(const float amax, float & p
 void ggml_cuda_turbo_check_tables(void);
 
 static constexpr __host__ __device__ bool ggml_cuda_type_is_turbo(ggml_type t) {
-    return t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO2;
+    return t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO2 || t == GGML_TYPE_TURBO4;
 }
 
 template <ggml_type type> struct turbo_traits;
@@ -95,10 +112,12 @@ template <> struct turbo_traits<GGML_TYPE_TURBO2> {
     static constexpr int n_boundaries = 3;
     static constexpr int qs_bytes = TURBO2_QS_BYTES;
 };
-
-static __device__ __forceinline__ float turbo_centroid(const int bits, const int c) {
-    return bits == 3 ? turbo_d_c3[c] : turbo_d_c2[c];
-}
+template <> struct turbo_traits<GGML_TYPE_TURBO4> {
+    typedef block_turbo4 block_t;
+    static constexpr int bits = 4;
+    static constexpr int n_boundaries = 15;
+    static constexpr int qs_bytes = TURBO4_QS_BYTES;
+};
 
 static __device__ __forceinline__ bool turbo_sign_neg(const int i) {
     return (turbo_d_sign_words[i >> 5] >> (i & 31)) & 1u;
@@ -235,6 +254,23 @@ static __device__ __forceinline__ uint16_t turbo_warp_encode(const float x[4], i
 // packing does not wait for the norm.
 template <int bits>
 static __device__ __forceinline__ void turbo_warp_store(uint8_t * dst_block, const uint16_t norm, const int codes[4], const int lane) {
+    if (bits == 4) {
+        // turbo4: byte j = code 2j | code 2j+1 << 4. Lane l writes bytes l and l + 32: codes 2l, 2l + 1 (and + 64) sit
+        // in lanes 2l % 32 and (2l + 1) % 32, slot l / 16 (and + 2)
+        const int w4 = codes[0] | (codes[1] << 4) | (codes[2] << 8) | (codes[3] << 12);
+        const int o0 = __shfl_sync(0xffffffff, w4, (2*lane) & 31);
+        const int o1 = __shfl_sync(0xffffffff, w4, (2*lane + 1) & 31);
+        const int s0 = 4*(lane >> 4), s1 = s0 + 8;
+        const int b0 = ((o0 >> s0) & 15) | (((o1 >> s0) & 15) << 4);
+        const int b1 = ((o0 >> s1) & 15) | (((o1 >> s1) & 15) << 4);
+        if (lane == 0) {
+            *(uint16_t *) dst_block = norm;
+        }
+        uint8_t * qs = dst_block + 2;
+        qs[lane]      = norm ? (uint8_t) b0 : 0;
+        qs[lane + 32] = norm ? (uint8_t) b1 : 0;
+        return;
+    }
     const int w = codes[0] | (codes[1] << 3) | (codes[2] << 6) | (codes[3] << 9);
     // low plane byte j = lane: codes 4j..4j+3, which live in lanes (4j+m) % 32, slot k = j / 8
     const int kk = lane >> 3;
@@ -267,13 +303,13 @@ static __device__ __forceinline__ void turbo_warp_decode(const uint8_t * src_blo
     const uint16_t nh = *(const uint16_t *) src_block;
     const float scale = __fmul_rn(__half2float(__ushort_as_half(nh)), TURBO_CUDA_INV_SQRT_QK);
     const uint8_t * qs = src_block + 2;
-    // the codebook sits in lanes 0..7 (one load of 8 addresses), a code's centroid comes by shuffle: a
+    // the codebook sits in lanes 0..7 (0..15 for turbo4; one load of 8 or 16 addresses), a code's centroid comes by shuffle: a
     // constant-memory load with per-lane addresses would be serialised up to 8 ways
     const float book = turbo_centroid(bits, lane & ((1 << bits) - 1));
 #pragma unroll
     for (int k = 0; k < 4; ++k) {
         const int i = lane + 32*k;
-        int c = (qs[i >> 2] >> (2*(i & 3))) & 3;
+        int c = bits == 4 ? (qs[i >> 1] >> (4*(i & 1))) & 15 : (qs[i >> 2] >> (2*(i & 3))) & 3;
         if (bits == 3) {
             c |= ((qs[32 + (i >> 3)] >> (i & 7)) & 1) << 2;
         }

@@ -1,5 +1,5 @@
 // turbo-llama: write path (SET_ROWS, CPY to turbo) and read path (GET_ROWS, CPY from turbo, to_fp16/fp32)
-// for the turbo3/turbo2 KV-cache types. One warp per 128-value block; bit-exact with cpu_ref/ggml-turbo.c.
+// for the turbo4/turbo3/turbo2 KV-cache types. One warp per 128-value block; bit-exact with cpu_ref/ggml-turbo.c.
 #include "turbo-common.cuh"
 #include "turbo.cuh"
 #include "turbo-encode-t2.cuh"
@@ -16,9 +16,11 @@ void ggml_cuda_turbo_check_tables(void) {
     }
     const unsigned int sw[4] = TURBO_CUDA_SIGN_WORDS;
     const float c3[8] = TURBO_CUDA_C3, b3[7] = TURBO_CUDA_B3, c2[4] = TURBO_CUDA_C2, b2[3] = TURBO_CUDA_B2;
+    const float c4[16] = TURBO_CUDA_C4, b4[15] = TURBO_CUDA_B4;
     if (memcmp(sw, turbo_sign_words, sizeof(sw)) != 0 || memcmp(c3, turbo3_centroids, sizeof(c3)) != 0 ||
         memcmp(b3, turbo3_boundaries, sizeof(b3)) != 0 || memcmp(c2, turbo2_centroids, sizeof(c2)) != 0 ||
-        memcmp(b2, turbo2_boundaries, sizeof(b2)) != 0) {
+        memcmp(b2, turbo2_boundaries, sizeof(b2)) != 0 || memcmp(c4, turbo4_centroids, sizeof(c4)) != 0 ||
+        memcmp(b4, turbo4_boundaries, sizeof(b4)) != 0) {
         GGML_ABORT("turbo-llama: the CUDA copies of the turbo codebooks/signs differ from turbo-codebooks.h");
     }
     // the 2-thread write's code search (turbo-encode-t2.cuh) needs symmetric codebooks around a boundary at 0
@@ -27,6 +29,11 @@ void ggml_cuda_turbo_check_tables(void) {
     for (int k = 0; k < 7; ++k) { sym = sym && b3[6 - k] == -b3[k]; }
     for (int k = 0; k < 4; ++k) { sym = sym && c2[3 - k] == -c2[k]; }
     for (int k = 0; k < 3; ++k) { sym = sym && b2[2 - k] == -b2[k]; }
+    // (turbo4's symmetry: the tensor-core decode and the writes do not rely on it; checked all the same, as the format
+    // defines it so)
+    sym = sym && b4[7] == 0.0f;
+    for (int k = 0; k < 16; ++k) { sym = sym && c4[15 - k] == -c4[k]; }
+    for (int k = 0; k < 15; ++k) { sym = sym && b4[14 - k] == -b4[k]; }
     if (!sym) {
         GGML_ABORT("turbo-llama: the turbo codebooks are not symmetric, which the CUDA write assumes");
     }
@@ -34,7 +41,7 @@ void ggml_cuda_turbo_check_tables(void) {
 }
 
 static inline int turbo_bits(ggml_type t) {
-    return t == GGML_TYPE_TURBO3 ? 3 : 2;
+    return t == GGML_TYPE_TURBO4 ? 4 : t == GGML_TYPE_TURBO3 ? 3 : 2;
 }
 
 static inline dim3 turbo_grid(int64_t nblk) {
@@ -303,14 +310,16 @@ static void turbo_set_rows_launch_b(cudaStream_t stream, const turbo_set_rows_jo
         ggml_cuda_turbo_launch(k, dim3((unsigned) ((n + blocks_per - 1) / blocks_per)), dim3(threads), stream, a, b);
         CUDA_CHECK(cudaGetLastError());
     };
-    if constexpr (std::is_same_v<src_t, float>) {
-        if (n >= TURBO_BULK_MIN_BLOCKS && turbo_bulk_aligned(a) && turbo_bulk_aligned(b)) {
+    // (turbo4 has no 2-thread encoder: its writes take the warp kernel at any size)
+    if constexpr (std::is_same_v<src_t, float> && bits_a != 4) {
+        if (bits_b != 4 && n >= TURBO_BULK_MIN_BLOCKS && turbo_bulk_aligned(a) && turbo_bulk_aligned(b)) {
             launch(bits_b == 3 ? k_turbo_set_rows_t2<idx_t, bits_a, 3> : k_turbo_set_rows_t2<idx_t, bits_a, 2>,
                    TURBO_T2_WARPS*TURBO_T2_PER_WARP, TURBO_T2_WARPS*WARP_SIZE);
             return;
         }
     }
-    launch(bits_b == 3 ? k_turbo_set_rows<src_t, idx_t, bits_a, 3> : k_turbo_set_rows<src_t, idx_t, bits_a, 2>,
+    launch(bits_b == 4 ? k_turbo_set_rows<src_t, idx_t, bits_a, 4> :
+           bits_b == 3 ? k_turbo_set_rows<src_t, idx_t, bits_a, 3> : k_turbo_set_rows<src_t, idx_t, bits_a, 2>,
            TURBO_WARPS_PER_BLOCK, TURBO_WARPS_PER_BLOCK*WARP_SIZE);
 }
 
@@ -332,7 +341,9 @@ static void turbo_set_rows_launch(ggml_backend_cuda_context & ctx, const ggml_te
         return;
     }
     const int bits_b = turbo_bits(dst_b ? dst_b->type : dst->type);
-    if (dst->type == GGML_TYPE_TURBO3) {
+    if (dst->type == GGML_TYPE_TURBO4) {
+        turbo_set_rows_launch_b<src_t, idx_t, 4>(ctx.stream(), a, b, bits_b);
+    } else if (dst->type == GGML_TYPE_TURBO3) {
         turbo_set_rows_launch_b<src_t, idx_t, 3>(ctx.stream(), a, b, bits_b);
     } else {
         turbo_set_rows_launch_b<src_t, idx_t, 2>(ctx.stream(), a, b, bits_b);
@@ -537,20 +548,24 @@ void ggml_cuda_turbo_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * sr
     if (ggml_cuda_is_turbo_type(src1->type)) {
         const int bits = turbo_bits(src1->type);
         if (src0->type == GGML_TYPE_F32) {
-            if (bits == 3) k_turbo_cpy_to<float, 3><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
-            else           k_turbo_cpy_to<float, 2><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
+            if (bits == 4)      k_turbo_cpy_to<float, 4><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
+            else if (bits == 3) k_turbo_cpy_to<float, 3><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
+            else                k_turbo_cpy_to<float, 2><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
         } else {
-            if (bits == 3) k_turbo_cpy_to<half, 3><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
-            else           k_turbo_cpy_to<half, 2><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
+            if (bits == 4)      k_turbo_cpy_to<half, 4><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
+            else if (bits == 3) k_turbo_cpy_to<half, 3><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
+            else                k_turbo_cpy_to<half, 2><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
         }
     } else {
         const int bits = turbo_bits(src0->type);
         if (src1->type == GGML_TYPE_F32) {
-            if (bits == 3) k_turbo_cpy_from<float, 3><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
-            else           k_turbo_cpy_from<float, 2><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
+            if (bits == 4)      k_turbo_cpy_from<float, 4><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
+            else if (bits == 3) k_turbo_cpy_from<float, 3><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
+            else                k_turbo_cpy_from<float, 2><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
         } else {
-            if (bits == 3) k_turbo_cpy_from<half, 3><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
-            else           k_turbo_cpy_from<half, 2><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
+            if (bits == 4)      k_turbo_cpy_from<half, 4><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
+            else if (bits == 3) k_turbo_cpy_from<half, 3><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
+            else                k_turbo_cpy_from<half, 2><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
         }
     }
 #undef TURBO_CPY_TO_ARGS
@@ -607,11 +622,13 @@ void ggml_cuda_turbo_get_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst
 #define TURBO_GR_ARGS (const char *) src0->data, (const int32_t *) src1->data, (char *) dst->data, nblk, nbr, ne10, ne11, \
         nb01, nb02, nb03, (int64_t) (nb10/4), (int64_t) (nb11/4), (int64_t) (nb12/4), nb1, nb2, nb3, bs
     if (dst->type == GGML_TYPE_F32) {
-        if (src0->type == GGML_TYPE_TURBO3) k_turbo_get_rows<float, 3><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
-        else                                k_turbo_get_rows<float, 2><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
+        if (src0->type == GGML_TYPE_TURBO4)      k_turbo_get_rows<float, 4><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
+        else if (src0->type == GGML_TYPE_TURBO3) k_turbo_get_rows<float, 3><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
+        else                                     k_turbo_get_rows<float, 2><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
     } else {
-        if (src0->type == GGML_TYPE_TURBO3) k_turbo_get_rows<half, 3><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
-        else                                k_turbo_get_rows<half, 2><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
+        if (src0->type == GGML_TYPE_TURBO4)      k_turbo_get_rows<half, 4><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
+        else if (src0->type == GGML_TYPE_TURBO3) k_turbo_get_rows<half, 3><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
+        else                                     k_turbo_get_rows<half, 2><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
     }
 #undef TURBO_GR_ARGS
     CUDA_CHECK(cudaGetLastError());
@@ -647,7 +664,7 @@ static void turbo_dequant_nc_cuda(const void * x, dst_t * y, int64_t ne00, int64
         return;
     }
     GGML_ASSERT(nblk < INT32_MAX);   // the kernel's 32-bit indexes
-    const int bs = bits == 3 ? (int) sizeof(block_turbo3) : (int) sizeof(block_turbo2);
+    const int bs = bits == 4 ? (int) sizeof(block_turbo4) : bits == 3 ? (int) sizeof(block_turbo3) : (int) sizeof(block_turbo2);
     k_turbo_dequant<dst_t, bits><<<turbo_grid(nblk), TURBO_WARPS_PER_BLOCK*WARP_SIZE, 0, stream>>>(
         (const char *) x, y, nblk, nbr, ne01, ne02, s01, s02, s03, bs);
 }
@@ -662,6 +679,7 @@ static void turbo_dequant_cuda(const void * x, dst_t * y, int64_t k, cudaStream_
 
 to_fp16_cuda_t ggml_cuda_turbo_get_to_fp16(ggml_type type) {
     switch (type) {
+        case GGML_TYPE_TURBO4: return turbo_dequant_cuda<half, 4>;
         case GGML_TYPE_TURBO3: return turbo_dequant_cuda<half, 3>;
         case GGML_TYPE_TURBO2: return turbo_dequant_cuda<half, 2>;
         default: return nullptr;
@@ -669,6 +687,7 @@ to_fp16_cuda_t ggml_cuda_turbo_get_to_fp16(ggml_type type) {
 }
 to_fp32_cuda_t ggml_cuda_turbo_get_to_fp32(ggml_type type) {
     switch (type) {
+        case GGML_TYPE_TURBO4: return turbo_dequant_cuda<float, 4>;
         case GGML_TYPE_TURBO3: return turbo_dequant_cuda<float, 3>;
         case GGML_TYPE_TURBO2: return turbo_dequant_cuda<float, 2>;
         default: return nullptr;
@@ -676,6 +695,7 @@ to_fp32_cuda_t ggml_cuda_turbo_get_to_fp32(ggml_type type) {
 }
 to_fp16_nc_cuda_t ggml_cuda_turbo_get_to_fp16_nc(ggml_type type) {
     switch (type) {
+        case GGML_TYPE_TURBO4: return turbo_dequant_nc_cuda<half, 4>;
         case GGML_TYPE_TURBO3: return turbo_dequant_nc_cuda<half, 3>;
         case GGML_TYPE_TURBO2: return turbo_dequant_nc_cuda<half, 2>;
         default: return nullptr;
@@ -683,6 +703,7 @@ to_fp16_nc_cuda_t ggml_cuda_turbo_get_to_fp16_nc(ggml_type type) {
 }
 to_fp32_nc_cuda_t ggml_cuda_turbo_get_to_fp32_nc(ggml_type type) {
     switch (type) {
+        case GGML_TYPE_TURBO4: return turbo_dequant_nc_cuda<float, 4>;
         case GGML_TYPE_TURBO3: return turbo_dequant_nc_cuda<float, 3>;
         case GGML_TYPE_TURBO2: return turbo_dequant_nc_cuda<float, 2>;
         default: return nullptr;

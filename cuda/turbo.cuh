@@ -1,4 +1,4 @@
-// turbo-llama: CUDA entry points for the turbo3/turbo2 KV-cache types (kernels in turbo.cu, fattn-turbo*.cu).
+// turbo-llama: CUDA entry points for the turbo4/turbo3/turbo2 KV-cache types (kernels in turbo.cu, fattn-turbo*.cu).
 // Included by the hooked upstream files (patches/b11312/*-cuda-*.patch).
 #pragma once
 
@@ -17,7 +17,7 @@ static void ggml_cuda_turbo_launch(Kernel kernel, const dim3 grid, const dim3 bl
 }
 
 static inline bool ggml_cuda_is_turbo_type(ggml_type t) {
-    return t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO2;
+    return t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO2 || t == GGML_TYPE_TURBO4;
 }
 
 // write path: SET_ROWS (src0 f32 or f16) into a turbo tensor; CPY f32/f16 -> turbo and turbo -> f32/f16

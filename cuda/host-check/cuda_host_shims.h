@@ -14,10 +14,11 @@
 #define TURBO_CUDA_INV_SQRT_QK 0.0883883476483184405f
 #define TURBO_CUDA_FP16_MAX    65504.0f
 #define TURBO_CUDA_BIG_AMAX    4294967296.0f
-#include "turbo_consts.inc"   // TURBO_CUDA_SIGN_WORDS, _C3, _B3, _C2, _B2 (from cuda/turbo-common.cuh)
+#include "turbo_consts.inc"   // TURBO_CUDA_SIGN_WORDS, _C3, _B3, _C2, _B2, _C4, _B4 (from cuda/turbo-common.cuh)
 static const unsigned int turbo_d_sign_words[4] = TURBO_CUDA_SIGN_WORDS;
 static const float turbo_d_c3[8] = TURBO_CUDA_C3, turbo_d_b3[7] = TURBO_CUDA_B3;
 static const float turbo_d_c2[4] = TURBO_CUDA_C2, turbo_d_b2[3] = TURBO_CUDA_B2;
+static const float turbo_d_c4[16] = TURBO_CUDA_C4, turbo_d_b4[15] = TURBO_CUDA_B4;
 struct float4 { float x, y, z, w; };
 static inline uint32_t __float_as_uint(float x) { uint32_t u; memcpy(&u, &x, 4); return u; }
 static inline float __uint_as_float(uint32_t u) { float x; memcpy(&x, &u, 4); return x; }
