@@ -131,12 +131,18 @@ def perplexity(tool, model, text_file, ctk, ctv, env=None, fa="on", extra=()):
 
 def test_upstream_rotation_switch_does_not_change_turbo(llama_tool, model_path, jargon_path):
     """Turbo types rotate inside each block; upstream's graph rotation is off for them, so the
-    LLAMA_ATTN_ROT_DISABLE switch must not change turbo quality (and must for q4_0)."""
+    LLAMA_ATTN_ROT_DISABLE switch must not change turbo quality (and must for q4_0). With --swa-full, so that every
+    layer is turbo: by default Gemma 3's window layers keep q8_0 keys, which take upstream's rotation (below)."""
     tool = llama_tool("llama-perplexity")
-    on, log_on = perplexity(tool, model_path, jargon_path, "turbo3", "turbo3")
-    off, log_off = perplexity(tool, model_path, jargon_path, "turbo3", "turbo3", {"LLAMA_ATTN_ROT_DISABLE": "1"})
+    every_layer = ("--swa-full",)
+    on, log_on = perplexity(tool, model_path, jargon_path, "turbo3", "turbo3", extra=every_layer)
+    off, log_off = perplexity(tool, model_path, jargon_path, "turbo3", "turbo3", {"LLAMA_ATTN_ROT_DISABLE": "1"},
+                             extra=every_layer)
     assert "attn_rot_k = 0" in log_on and "attn_rot_v = 0" in log_on
     assert abs(on - off) <= 0.005 * on, (on, off)
+    # the window layers' q8_0 keys of a turbo K cache are upstream's q8_0 keys: rotated as upstream rotates them
+    _, log_mixed = perplexity(tool, model_path, jargon_path, "turbo3", "turbo3")
+    assert re.search(r"attn_rot_k = 1", log_mixed) and "attn_rot_k = 0" in log_mixed, log_mixed[-3000:]
     q4_on, log_q4 = perplexity(tool, model_path, jargon_path, "q4_0", "q4_0")
     assert "attn_rot_k = 1" in log_q4  # baselines keep upstream's default
 

@@ -48,7 +48,7 @@ def render_markdown(res: dict) -> str:
             p99 = _fmt(r.get("kld_p99"), ".5f")
             same = _fmt(r.get("same_top"), ".2f")
         bits = r.get("bits_per_value") or bits_per_value(t)
-        lines.append(f"| {t} | {_fmt(bits, '.4g', '?')} | {_fmt(kv.get('kv_mib'), '.2f')} | "
+        lines.append(f"| {t} | {_fmt(round(bits, 4) if finite(bits) else None, 'g', '?')} | {_fmt(kv.get('kv_mib'), '.2f')} | "
                      f"{_fmt(kv.get('bytes_per_token_per_layer'), '.0f')} | {ppl} | {_fmt(ratio, '.4f')} | "
                      f"{kld} | {p99} | {same} | {niah} |")
     f16n = (res.get("niah_results") or {}).get("f16") or {}
