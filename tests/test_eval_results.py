@@ -47,7 +47,8 @@ def test_every_ppl_finite(eval_results):
 
 def test_kv_bytes_follow_the_logged_types(eval_results):
     """llama's own KV size lines: each cache's K and V MiB are f16's same cache times the bits of the type that
-    line names / 16, and the reported bits/value are 16 x the whole cache's MiB / f16's."""
+    line names / 16, and the reported bits/value are 16 x the whole cache's MiB / f16's (on Gemma 3 a turbo K
+    cache's exceed the type's own: its window layers keep q8_0 keys)."""
     f16 = eval_results["ppl"]["f16"]["kv"]
     for t, r in eval_results["ppl"].items():
         if not r.get("kv"):
@@ -58,7 +59,8 @@ def test_kv_bytes_follow_the_logged_types(eval_results):
             for side in ("k", "v"):
                 want = b[f"{side}_mib"] * BITS_PER_VALUE[c[f"type_{side}"]] / 16
                 assert c[f"{side}_mib"] == pytest.approx(want, rel=0.01, abs=0.01), (t, side, c)
-        assert r["bits_per_value"] == pytest.approx(16 * r["kv"]["kv_mib"] / f16["kv_mib"], rel=1e-6), t
+        # (the type's own bits where they agree within the lines' rounding: MiB to 2 decimals)
+        assert r["bits_per_value"] == pytest.approx(16 * r["kv"]["kv_mib"] / f16["kv_mib"], rel=0.002), t
 
 
 def test_turbo_k_keeps_sliding_window_keys_in_q8_0(eval_results):
