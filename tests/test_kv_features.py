@@ -165,18 +165,20 @@ def departures(srv_exe, model_path, log, ctk, ctv) -> list[int]:
     return out
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "issue #7: under concurrent load turbo3 answers depart from the solo answers earlier than f16: mean first "
-    "departure 8.31 (turbo3) vs 14.75 (f16) of 16 tokens over 16 prompts (q4_0 13.19, q8_0 12.44). llama.cpp's "
-    "arithmetic shifts the first token's log-probabilities between a solo and a batched run, by up to 0.19 nats "
-    "with f16, 0.41 with q4_0, 0.51 with turbo3, while turbo3's greedy margins are smaller (median 1.03 vs "
-    "f16's 1.31 nats), so shifts of this size flip more tokens; details and scripts: results/concurrency/"))
-def test_concurrent_answers_depart_no_earlier_than_f16(srv_exe, model_path, tmp_path):
+# Issue #7: under concurrent load greedy answers depart from their solo answers (upstream's arithmetic depends on the
+# batching). With turbo keys in every layer turbo3 departed sooner than f16: token 8.31 against 14.75 on average.
+# Since patch 0039 (Gemma 3's window layers keep q8_0 keys) the two are within this test's noise: two runs on
+# 2026-12-02 gave turbo3 11.62 / f16 12.94, 14.12 / 11.62 and 12.50 / 12.12 (a mean over 16 prompts moves ~1.5 tokens
+# between runs, the difference ~2). The bound, 5 tokens, catches a return to the old gap (6.4) and leaves the noise.
+DEPARTURE_MARGIN = 5
+
+
+def test_concurrent_answers_depart_about_as_late_as_f16(srv_exe, model_path, tmp_path):
     f16 = departures(srv_exe, model_path, tmp_path / "f16.log", "f16", "f16")
     t3 = departures(srv_exe, model_path, tmp_path / "t3.log", "turbo3", "turbo3")
     print(f"first departure (of {N}) f16: {f16} mean {statistics.mean(f16):.2f}; "
           f"turbo3: {t3} mean {statistics.mean(t3):.2f}")
-    assert statistics.mean(t3) >= statistics.mean(f16), (f16, t3)
+    assert statistics.mean(t3) >= statistics.mean(f16) - DEPARTURE_MARGIN, (f16, t3)
 
 
 # ------------------------------------------------------------------ 3. context shift, cache reuse
