@@ -119,6 +119,10 @@ def test_unknown_cache_type_is_refused(llama_tool, model_path):
     assert "turbo3" in (out.stderr + out.stdout)  # the message lists the allowed types
 
 
+# a full-size SWA cache: Gemma 3's window layers keep turbo keys too (by default they keep q8_0 keys, patch 0039)
+EVERY_LAYER_TURBO = ("--swa-full",)
+
+
 def perplexity(tool, model, text_file, ctk, ctv, env=None, fa="on", extra=()):
     cmd = [str(tool), "-m", str(model), "-f", str(text_file), "-c", "512", "--chunks", "2", "-ctk", ctk,
            "-ctv", ctv, "-fa", fa, "-lv", "4", "-t", str(os.cpu_count() or 2), *extra]
@@ -134,10 +138,9 @@ def test_upstream_rotation_switch_does_not_change_turbo(llama_tool, model_path, 
     LLAMA_ATTN_ROT_DISABLE switch must not change turbo quality (and must for q4_0). With --swa-full, so that every
     layer is turbo: by default Gemma 3's window layers keep q8_0 keys, which take upstream's rotation (below)."""
     tool = llama_tool("llama-perplexity")
-    every_layer = ("--swa-full",)
-    on, log_on = perplexity(tool, model_path, jargon_path, "turbo3", "turbo3", extra=every_layer)
+    on, log_on = perplexity(tool, model_path, jargon_path, "turbo3", "turbo3", extra=EVERY_LAYER_TURBO)
     off, log_off = perplexity(tool, model_path, jargon_path, "turbo3", "turbo3", {"LLAMA_ATTN_ROT_DISABLE": "1"},
-                             extra=every_layer)
+                             extra=EVERY_LAYER_TURBO)
     assert "attn_rot_k = 0" in log_on and "attn_rot_v = 0" in log_on
     assert abs(on - off) <= 0.005 * on, (on, off)
     # the window layers' q8_0 keys of a turbo K cache are upstream's q8_0 keys: rotated as upstream rotates them
@@ -175,18 +178,18 @@ def test_turbo_k_transforms_are_logged_and_repair_turbo3_keys(llama_tool, model_
     """Without them turbo3 K loses most of the model (Gemma 3 270M); with them the loss is a fraction. With
     --swa-full, so that every layer's keys are turbo3 (by default the sliding-window layers keep q8_0 keys)."""
     tool = llama_tool("llama-perplexity")
-    swa_full = ("--swa-full",)
     f16, _ = perplexity(tool, model_path, jargon_path, "f16", "f16")
-    plain, log = perplexity(tool, model_path, jargon_path, "turbo3", "f16", K_TRANSFORMS_OFF, extra=swa_full)
+    plain, log = perplexity(tool, model_path, jargon_path, "turbo3", "f16", K_TRANSFORMS_OFF,
+                            extra=EVERY_LAYER_TURBO)
     assert "gain rescale off (TURBO_K_RESCALE=0)" in log and "key offsets off (TURBO_K_OFFSET=0)" in log
-    fixed, log = perplexity(tool, model_path, jargon_path, "turbo3", "f16", extra=swa_full)
+    fixed, log = perplexity(tool, model_path, jargon_path, "turbo3", "f16", extra=EVERY_LAYER_TURBO)
     assert "q/k norm gains rescaled" in log and "key offsets from a" in log
     # patch 0012: D is computed once per context, not by 19 ops per layer in every graph; patch 0023: with the
     # norm weights it scales, so no op is left. The graphs' own computation (the same f32 steps) must give the same
     # perplexity to the last digit: swapped or misplaced q/k weights would not
     assert "gain factors of 18 layers computed once, with the q/k norm weights they scale" in log
     in_graph, log = perplexity(tool, model_path, jargon_path, "turbo3", "f16", {"TURBO_K_GAIN_ONCE": "0"},
-                               extra=swa_full)
+                               extra=EVERY_LAYER_TURBO)
     assert "gain factors computed in every graph (TURBO_K_GAIN_ONCE=0)" in log
     assert in_graph == fixed, (in_graph, fixed)
     assert fixed - f16 < 0.35 * (plain - f16), (f16, plain, fixed)

@@ -133,7 +133,13 @@ def kld_args(llama_tool, model_path, jargon_path, tmp_path_factory):
 TURBO3 = ("-ctk", "turbo3", "-ctv", "turbo3")
 
 
-def test_turbo3_at_batch_1_is_as_close_to_f16_as_in_one_batch(kld_args):
+@pytest.fixture(scope="module")
+def turbo3_one_batch(kld_args):
+    """turbo3/turbo3 in one batch per chunk (-b 1024), the default cache layout: used by the two tests below."""
+    return perplexity_kld(*kld_args, *TURBO3, "-b", "1024")
+
+
+def test_turbo3_at_batch_1_is_as_close_to_f16_as_in_one_batch(kld_args, turbo3_one_batch):
     """Issue #34 item 2 in the output distribution: turbo3/turbo3 decoded one token at a time (-b 1) is as close to
     f16 (mean KL divergence, 2 chunks of 1024 tokens) as in one batch per chunk; the old probe, capped at the batch,
     lost the offsets at -b 1, which the TURBO_K_OFFSET=0 control shows the bound would catch. Measured 2026-12-02
@@ -141,20 +147,20 @@ def test_turbo3_at_batch_1_is_as_close_to_f16_as_in_one_batch(kld_args):
     Why not closer: any cache of 4 bits or less draws its codes anew when the batch changes f32 rounding (turbo3
     -b 1 against turbo3 -b 2048: KLD 0.109, upstream q4_0: 0.121; results/k-transforms.md)."""
     one = perplexity_kld(*kld_args, *TURBO3, "-b", "1", "-ub", "1")["kld_mean"]
-    batch = perplexity_kld(*kld_args, *TURBO3, "-b", "1024")["kld_mean"]
+    batch = turbo3_one_batch["kld_mean"]
     lost = perplexity_kld(*kld_args, *TURBO3, "-b", "1024", env={"TURBO_K_OFFSET": "0"})["kld_mean"]
     print(f"mean KLD to f16: turbo3 -b 1 {one:.4f}, -b 1024 {batch:.4f}, without offsets {lost:.4f}")
     assert 0.02 < batch and one <= 1.15 * batch, (one, batch)
     assert lost > 1.15 * batch, (lost, batch)
 
 
-def test_window_layers_keep_q8_0_keys(kld_args):
+def test_window_layers_keep_q8_0_keys(kld_args, turbo3_one_batch):
     """Patch 0039: with a turbo K cache, Gemma 3's 15 sliding-window layers (a cache of the window's size) store
     their keys as q8_0 and the 3 global layers as turbo3, which llama's size lines show; the output is far closer
     to f16 than with turbo3 keys in every layer (--swa-full, which keeps them so). Measured 2026-12-02: KLD 0.0447
     against 0.1361 (the transform's offsets measured for the same layers: a probe that measured the window layers
     without their rescale gave 0.2666, worse than no offsets)."""
-    mixed = perplexity_kld(*kld_args, *TURBO3, "-b", "1024")
+    mixed = turbo3_one_batch
     full = perplexity_kld(*kld_args, *TURBO3, "-b", "1024", "--swa-full")
     base, swa = mixed["kv"]["caches"]
     assert (base["layers"], base["type_k"], base["type_v"]) == (3, "turbo3", "turbo3"), mixed["kv"]

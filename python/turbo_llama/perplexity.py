@@ -59,13 +59,12 @@ def run_ppl(cmd: list[str], log_path: Path, cache_type: str, timeout: float | No
     return res
 
 
-def measured_bits(r: dict, base: dict | None, is_base: bool, nominal: float | None = None) -> float | None:
+def measured_bits(r: dict, base: dict | None, nominal: float | None = None) -> float | None:
     """Bits per value as stored: 16 x this cache's KV bytes / the f16 cache's, from llama's own size lines of the
-    two runs (same context). It differs from the types' nominal bits where layers keep another type (a turbo K
-    cache keeps the sliding-window layers' keys in q8_0); within the lines' rounding (MiB to 2 decimals, 0.2%)
-    of the nominal bits it is the nominal figure."""
-    if is_base:
-        return 16.0
+    two runs (same context); None without them (and for the f16 run itself, which has no base yet). It differs
+    from the types' nominal bits where layers keep another type (a turbo K cache keeps the sliding-window layers'
+    keys in q8_0); within the lines' rounding (MiB to 2 decimals, 0.2%) of the nominal bits it is the nominal
+    figure."""
     mib, base_mib = (r.get("kv") or {}).get("kv_mib"), ((base or {}).get("kv") or {}).get("kv_mib")
     if not (mib and base_mib):
         return None
@@ -130,7 +129,7 @@ def perplexity_step(res: dict, *, exe: Path, model: Path, text: Path, ctx: int, 
             res["timings"][f"ppl:{name}"] = dt
             if r is not None:
                 nominal = res["bits_per_value"].get(name)
-                r.update(bits_per_value=measured_bits(r, res["ppl"].get("f16"), is_base, nominal) or nominal,
+                r.update(bits_per_value=measured_bits(r, res["ppl"].get("f16"), nominal) or nominal,
                          type_bits_per_value=nominal, seconds=dt, units=units)
                 res["ppl"][name] = r
                 if is_base:
