@@ -7,6 +7,7 @@
 #              cmake        (default) cmake + ninja of .devcarry/tree.tar.gz (the prepared tree) with the current cuda/
 #                           sources copied over it; TL_TARGETS: the programs (default test-backend-ops llama-bench
 #                           llama-perplexity), ~4 minutes on 16 cores
+#                           TL_CMAKE_ARGS: more cmake arguments (e.g. -DLLAMA_BUILD_SERVER=ON for llama-server)
 #              prebuilt     unpack .devcarry/prebuilt.tar.gz (made on a CPU machine by ci/make-prebuilt.sh)
 #              turbo-llama  the product's own `turbo-llama build --cuda` from the pinned pristine tree
 #                           (.devcarry/pristine.tar.gz; needs git on the machine and .devcarry/whl)
@@ -94,7 +95,7 @@ if [[ " $PHASES " == *" build "* ]]; then
         log "configure + build (${TL_TARGETS:-test-backend-ops llama-bench llama-perplexity})"
         cmake -S "$TREE" -B "$BUILD" -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release \
             -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_UI=OFF -DLLAMA_USE_PREBUILT_UI=OFF \
-            -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_APP=OFF > "$OUT/build.log" 2>&1 \
+            -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=ON -DLLAMA_BUILD_APP=OFF ${TL_CMAKE_ARGS:-} > "$OUT/build.log" 2>&1 \
             || { log "cmake failed"; tail -30 "$OUT/build.log" | tee -a "$OUT/summary.txt"; exit 1; }
         ninja -C "$BUILD" -j"$(nproc)" ${TL_TARGETS:-test-backend-ops llama-bench llama-perplexity} >> "$OUT/build.log" 2>&1 \
             || { log "build FAILED"; grep -B2 -A12 "error" "$OUT/build.log" | head -80 | tee -a "$OUT/summary.txt"; exit 1; }
