@@ -281,7 +281,7 @@ def test_prompt_cache_with_key_data_this_context_cannot_take_is_refused(llama_to
     out = completion(llama_tool("llama-completion"), model_path, "-c", "1024", "--prompt-cache", copy,
                      prompt=LONG_PROMPT, env={"TURBO_K_RESCALE": "0"})
     assert out.returncode != 0
-    assert re.search(r"the state's rescaled q/k norm weights of layer \d+ has \d+ values, this context's 0",
+    assert re.search(r"the state's q/k weights of the rescale of layer \d+ has \d+ values, this context's 0",
                      out.stderr), out.stderr[-3000:]
     assert f"failed to load session file '{copy}'" in out.stderr
     assert not generated(out, LONG_PROMPT).strip(), "tokens were produced"
