@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # turbo-llama: `turbo-llama eval --backend cuda` of a GGUF that reaches the device machine in parts (64 MiB a call).
 #
-#   here:   mkdir -p .devcarry/q && (cd .devcarry/q && split -b 60m -d -a 2 MODEL.gguf q)     parts q00, q01, ...
+#   here:   mkdir -p .devcarry/q && (cd .devcarry/q && split -b 56m -d -a 2 MODEL.gguf q)     parts q00, q01, ...
+#           (56 MiB: a part plus the checked-out tree must stay under the 64 MiB a call carries; 60 MiB was refused)
 #   there:  bash ci/gpu-eval.sh parts          copies the carried parts (.devcarry/*/*NN) to /tmp/tle/parts; the
 #                                              first call (carrying .devcarry/tree.tar.gz) also starts the CUDA build
 #                                              of llama-perplexity + llama-server (ci/gpu-run.sh build) in a session
@@ -73,7 +74,7 @@ start)
                TURBO_LLAMA_CACHE='$W/cache' PYTHONUNBUFFERED=1
         echo \"=== \$(date -u +%FT%TZ) turbo-llama eval ${backend:+--backend $backend }--model $m --out $W/$tag $*\" > '$W/$tag.log'
         start=\$(date +%s)
-        python3 -m turbo_llama eval ${backend:+--backend $backend} --model '$m' --out '$W/$tag' $* >> '$W/$tag.log' 2>&1
+        ${TLE_PY:-python3} -m turbo_llama eval ${backend:+--backend $backend} --model '$m' --out '$W/$tag' $* >> '$W/$tag.log' 2>&1
         rc=\$?; echo \"=== rc=\$rc after \$(( \$(date +%s) - start )) s\" >> '$W/$tag.log'; echo \$rc > '$W/$tag.rc'" \
         < /dev/null > /dev/null 2>&1 &
     echo "eval $tag queued (build: $(build_state))" ;;
