@@ -12,15 +12,7 @@ sys.path.insert(0, os.environ['GGUF_PY'])
 from gguf import GGUFReader
 from gguf.quants import dequantize
 import turbo_llama
-def load(fn):
-    out = {}
-    with open(fn, 'rb') as f:
-        n, = struct.unpack('i', f.read(4))
-        for _ in range(n):
-            L, = struct.unpack('i', f.read(4)); name = f.read(L).decode()
-            ne = struct.unpack('4q', f.read(32)); cnt = int(np.prod(ne))
-            out[name] = np.frombuffer(f.read(4 * cnt), np.float32).reshape(ne[::-1])
-    return out
+from qkv_dump import load
 d = load(sys.argv[1]); T = {t.name: t for t in GGUFReader(sys.argv[2]).tensors}
 types = sys.argv[3].split(',')
 def tq(x, ty):   # quantize/dequantize rows of x [.., hd] in 128-value blocks (ggml's C code)

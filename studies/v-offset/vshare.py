@@ -6,15 +6,7 @@ import sys, os, struct, numpy as np
 sys.path.insert(0, os.environ['GGUF_PY'])
 from gguf import GGUFReader
 from gguf.quants import dequantize
-def load(fn):
-    out = {}
-    with open(fn, 'rb') as f:
-        n, = struct.unpack('i', f.read(4))
-        for _ in range(n):
-            L, = struct.unpack('i', f.read(4)); name = f.read(L).decode()
-            ne = struct.unpack('4q', f.read(32)); cnt = int(np.prod(ne))
-            out[name] = np.frombuffer(f.read(4 * cnt), np.float32).reshape(ne[::-1])
-    return out
+from qkv_dump import load
 d = load(sys.argv[1])
 r = GGUFReader(sys.argv[2])
 T = {t.name: t for t in r.tensors}
