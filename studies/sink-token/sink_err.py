@@ -23,18 +23,8 @@ sys.path.insert(0, os.environ['GGUF_PY'])
 from gguf import GGUFReader
 from gguf.quants import dequantize
 import turbo_llama
-
-
-def load(fn):
-    out = {}
-    with open(fn, 'rb') as f:
-        n, = struct.unpack('i', f.read(4))
-        for _ in range(n):
-            L, = struct.unpack('i', f.read(4)); name = f.read(L).decode()
-            ne = struct.unpack('4q', f.read(32)); cnt = int(np.prod(ne))
-            a = np.frombuffer(f.read(4 * cnt), np.float32)
-            if ' ' not in name: out[name] = a.reshape(ne[::-1])[0]   # (tokens, heads, hd)
-    return out
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'key-scale'))
+from qkv_dump import load   # the reader of qkv_dump1.cpp's dumps
 
 
 def tq(x, ty):   # quantize/dequantize rows of x [.., hd] in 128-value blocks (ggml's C code)

@@ -12,7 +12,8 @@ sys.path.insert(0, os.environ['GGUF_PY'])
 from gguf import GGUFReader
 from gguf.quants import dequantize
 import turbo_llama
-from qkv_dump import load
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'key-scale'))
+from qkv_dump import load   # the reader of qkv_dump1.cpp's dumps
 d = load(sys.argv[1]); T = {t.name: t for t in GGUFReader(sys.argv[2]).tensors}
 types = sys.argv[3].split(',')
 def tq(x, ty):   # quantize/dequantize rows of x [.., hd] in 128-value blocks (ggml's C code)

@@ -6,7 +6,8 @@ import sys, os, struct, numpy as np
 sys.path.insert(0, os.environ['GGUF_PY'])
 from gguf import GGUFReader
 from gguf.quants import dequantize
-from qkv_dump import load
+sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), '..', 'key-scale'))
+from qkv_dump import load   # the reader of qkv_dump1.cpp's dumps
 d = load(sys.argv[1])
 r = GGUFReader(sys.argv[2])
 T = {t.name: t for t in r.tensors}
