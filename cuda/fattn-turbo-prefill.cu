@@ -163,6 +163,29 @@ static __global__ void k_turbo_decode_rotated_f16(const char * __restrict__ src,
     }
 }
 
+// cell 0's exact rows (ggml_flash_attn_ext_set_cell0; x: F32 [D, n_head_kv, ne3]) over row 0 of every head and
+// stream of the decoded cache (contiguous f16 [D, n_kv, n_head_kv, ne3]), except the rows whose first value is NaN
+// (not known exactly: the decoded row stays). Block (head, stream), one value per thread and step
+static __global__ void k_turbo_cell0_f16(const char * __restrict__ x, half * __restrict__ dst, const int D, const int64_t n_kv,
+        const size_t nb1, const size_t nb2) {
+    const int h = blockIdx.x, i3 = blockIdx.y;
+    const float * row = (const float *) (x + h*nb1 + i3*nb2);
+    if ((__float_as_uint(row[0]) & 0x7fffffffu) > 0x7f800000u) {   // NaN (a bit test: ggml-cuda builds with fast math)
+        return;
+    }
+    half * out = dst + ((int64_t) i3*gridDim.x + h)*n_kv*D;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        out[d] = __float2half(row[d]);
+    }
+}
+
+static void turbo_cell0_f16(cudaStream_t stream, const ggml_tensor * x, const ggml_tensor * t, half * out) {
+    GGML_ASSERT(x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[0] == t->ne[0] && x->ne[1] == t->ne[2] &&
+        x->ne[2] == t->ne[3]);
+    k_turbo_cell0_f16<<<dim3((unsigned) t->ne[2], (unsigned) t->ne[3]), QK_TURBO, 0, stream>>>((const char *) x->data, out,
+        (int) t->ne[0], t->ne[1], x->nb[1], x->nb[2]);
+}
+
 // t as a contiguous tensor of `type` at data (no view)
 static ggml_tensor turbo_contiguous_like(const ggml_tensor * t, const ggml_type type, void * data) {
     ggml_tensor r = *t;
@@ -215,11 +238,17 @@ bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor 
         Qr = turbo_contiguous_like(Q, GGML_TYPE_F32, q_rot.ptr);
         k_rot.alloc(ggml_nelements(K));
         turbo_decode_rotated(stream, K, k_rot.ptr);
+        if (dst->src[5]) {
+            turbo_cell0_f16(stream, dst->src[5], K, k_rot.ptr);
+        }
         Kr = turbo_contiguous_like(K, GGML_TYPE_F16, k_rot.ptr);
     }
     if (V_turbo) {
         v_rot.alloc(ggml_nelements(V));
         turbo_decode_rotated(stream, V, v_rot.ptr);
+        if (dst->src[6]) {
+            turbo_cell0_f16(stream, dst->src[6], V, v_rot.ptr);
+        }
         Vr = turbo_contiguous_like(V, GGML_TYPE_F16, v_rot.ptr);
     }
     CUDA_CHECK(cudaGetLastError());

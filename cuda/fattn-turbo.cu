@@ -4,6 +4,10 @@
 
 #include <cmath>
 
+bool ggml_cuda_turbo_fattn_has_cell0(const ggml_tensor * dst) {
+    return (dst->src[5] && ggml_cuda_is_turbo_type(dst->src[1]->type)) || (dst->src[6] && ggml_cuda_is_turbo_type(dst->src[2]->type));
+}
+
 bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst) {
     const ggml_tensor * Q    = dst->src[0];
     const ggml_tensor * K    = dst->src[1];
@@ -34,6 +38,11 @@ bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst) {
         return false;
     }
     if (Q->ne[2] % K->ne[2] != 0 || K->ne[2] != V->ne[2]) {
+        return false;
+    }
+    // cell 0's exact rows (ggml_flash_attn_ext_set_cell0): the decode kernels and the prefill take them; a prefill that
+    // ggml_cuda_turbo_fattn_prefill would not serve (upstream's conversion of the cache) would ignore them
+    if (ggml_cuda_turbo_fattn_has_cell0(dst) && Q->ne[1] > GGML_CUDA_TURBO_FA_MAX_BATCH && !ggml_is_contiguous(dst)) {
         return false;
     }
     // turbo4 with a turbo partner runs on the tensor-core kernel only (Ampere and newer; the scalar kernel has no such
@@ -132,6 +141,9 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     const int n_head_kv = (int) K->ne[2];
     const int gqa       = n_head / n_head_kv;
     const int n_kv      = (int) K->ne[1];
+    // cell 0's exact rows: the split blocks walk keys 1.. and one more block per row group does key 0 (turbo_fa_cell0)
+    const bool c0_on    = ggml_cuda_turbo_fattn_has_cell0(dst) && n_kv > 0;
+    const int n_kv_main = n_kv - (c0_on ? 1 : 0);
 
     const int id  = ggml_cuda_get_device();
     const int nsm = ggml_cuda_info().devices[id].nsm;
@@ -150,7 +162,7 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
 
     // splits of the KV sequence: enough blocks in flight to hide the load latency
     const int tile  = use_mma ? TURBO_MMA_KEYS : TURBO_FA_TILE;
-    const int n_tiles = (n_kv + tile - 1) / tile;
+    const int n_tiles = (n_kv_main + tile - 1) / tile;
     const int blocks_base = nrg*n_head_kv*ne3;
     int target = 8*nsm;
     if (use_mma) {
@@ -175,15 +187,17 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
         }
     }
     const int min_tiles = use_mma ? walkers*min_steps : 1;
-    // v4/v5: at most one wave (floor), v3: at least its target (ceil)
-    const int want = use_mma ? std::max(1, target / blocks_base) : (target + blocks_base - 1) / blocks_base;
+    // v4/v5: at most one wave (floor), v3: at least its target (ceil). With cell 0's block per row group (turbo_fa_cell0)
+    // the wave holds one split fewer: a block past it starts only when another ends (run H17, llama8b at 32K keys: one
+    // wave and 8 blocks, the op 0.9-1.8 us slower)
+    const int want = use_mma ? std::max(1, target / blocks_base - (c0_on ? 1 : 0)) : (target + blocks_base - 1) / blocks_base;
     int n_split = std::max(1, std::min(std::max(n_tiles / min_tiles, 1), want));
     const int tps = std::max(1, (n_tiles + n_split - 1) / n_split);
     n_split = std::max(1, (n_tiles + tps - 1) / tps);
 
     ggml_cuda_pool & pool = ctx.pool();
     cudaStream_t stream = ctx.stream();
-    const int  n_part = n_split;   // partials per row group
+    const int  n_part = n_split + (c0_on ? 1 : 0);   // partials per row group (the last one cell 0's, when on)
     const size_t n_slots = (size_t) ne3*n_head_kv*nrg*n_part*ncols;
     ggml_cuda_pool_alloc<float>  part_acc(pool, n_slots*D);
     ggml_cuda_pool_alloc<float2> part_meta(pool, n_slots);
@@ -206,15 +220,34 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     p.m0 = powf(2.0f, -(max_bias       ) / n_head_log2);
     p.m1 = powf(2.0f, -(max_bias / 2.0f) / n_head_log2);
     p.n_head_log2 = n_head_log2;
-    p.n_q = n_q; p.n_head = n_head; p.gqa = gqa; p.n_kv = n_kv;
+    p.n_q = n_q; p.n_head = n_head; p.gqa = gqa; p.n_kv = n_kv_main;
     p.ne13 = (int) K->ne[3]; p.ne23 = (int) V->ne[3]; p.ne33 = mask ? (int) mask->ne[3] : 1;
     p.nb01 = Q->nb[1]; p.nb02 = Q->nb[2]; p.nb03 = Q->nb[3];
     p.nb11 = K->nb[1]; p.nb12 = K->nb[2]; p.nb13 = K->nb[3];
     p.nb21 = V->nb[1]; p.nb22 = V->nb[2]; p.nb23 = V->nb[3];
     p.nb31 = mask ? mask->nb[1] : 0; p.nb33 = mask ? mask->nb[3] : 0;
-    p.nrg = nrg; p.n_split = n_split; p.tiles_per_split = tps;
+    p.nrg = nrg; p.n_split = n_part; p.tiles_per_split = tps;
+    p.c0 = turbo_fa_cell0{};
+    if (c0_on) {
+        const ggml_tensor * k0 = ggml_cuda_is_turbo_type(K->type) ? dst->src[5] : nullptr;
+        const ggml_tensor * v0 = ggml_cuda_is_turbo_type(V->type) ? dst->src[6] : nullptr;
+        GGML_ASSERT(!k0 || (k0->type == GGML_TYPE_F32 && k0->nb[0] == sizeof(float) && k0->ne[0] == D));
+        GGML_ASSERT(!v0 || (v0->type == GGML_TYPE_F32 && v0->nb[0] == sizeof(float) && v0->ne[0] == D));
+        p.c0.on = 1;
+        p.c0.K = p.K; p.c0.V = p.V; p.c0.mask = p.mask;
+        p.c0.k0 = k0 ? (const float *) k0->data : nullptr;
+        p.c0.v0 = v0 ? (const float *) v0->data : nullptr;
+        p.c0.k0_nb1 = k0 ? k0->nb[1] : 0; p.c0.k0_nb2 = k0 ? k0->nb[2] : 0;
+        p.c0.v0_nb1 = v0 ? v0->nb[1] : 0; p.c0.v0_nb2 = v0 ? v0->nb[2] : 0;
+        // the split blocks start one key in (their loops unchanged: every row, tile and offset is relative to these)
+        p.K += K->nb[1];
+        p.V += V->nb[1];
+        if (p.mask) {
+            p.mask += sizeof(half);
+        }
+    }
 
-    const dim3 grid(n_split, n_head_kv*nrg, ne3);
+    const dim3 grid(n_part, n_head_kv*nrg, ne3);
     if (use_mma) {
         switch (K->type) {
             case GGML_TYPE_TURBO4: ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO4>(stream, D, V->type, loop, p, grid); break;

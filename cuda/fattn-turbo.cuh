@@ -23,6 +23,17 @@ template <> struct turbo_fa_stage<GGML_TYPE_TURBO4> { static constexpr int qsw =
 template <> struct turbo_fa_stage<GGML_TYPE_F16>    { static constexpr int qsw = 0;  static constexpr int bs = 0;  static constexpr int bits = 0; };
 template <> struct turbo_fa_stage<GGML_TYPE_Q8_0>   { static constexpr int qsw = 0;  static constexpr int bs = 0;  static constexpr int bits = 0; };
 
+// cell 0 (the first key, which takes much of the attention) with its exact rows (ggml_flash_attn_ext_set_cell0). When
+// on, the split blocks walk keys 1.. (turbo_fa_params' K, V and mask start one key in, n_kv is one less: their loops
+// are the same as without), and key 0's partial result goes into the group's last split slot, which the combine
+// merges like any other split (turbo_fa_cell0_block), written by one more block per row group (the last blockIdx.x)
+struct turbo_fa_cell0 {
+    int on;
+    const char * K; const char * V; const char * mask;   // the op's own K, V and mask: key 0 is row (column) 0
+    const float * k0; const float * v0;                  // the exact rows (turbo K, turbo V only), or nullptr
+    int64_t k0_nb1, k0_nb2, v0_nb1, v0_nb2;
+};
+
 struct turbo_fa_params {
     const char * Q; const char * K; const char * V; const char * mask;
     float * part_acc; float2 * part_meta;
@@ -35,6 +46,7 @@ struct turbo_fa_params {
     // once for all rows (the same position) and the pad rows (zeros) left out
     turbo_rope rope;
     int rope_once;
+    turbo_fa_cell0 c0;
 };
 
 static __device__ __forceinline__ float turbo_alibi_slope(const float max_bias, const uint32_t h, const uint32_t n_head_log2, const float m0, const float m1) {
@@ -44,6 +56,84 @@ static __device__ __forceinline__ float turbo_alibi_slope(const float max_bias, 
     const float base = h < n_head_log2 ? m0 : m1;
     const int   exph = h < n_head_log2 ? h + 1 : 2*(h - n_head_log2) + 1;
     return powf(base, exph);
+}
+
+static __device__ __forceinline__ bool turbo_fa_isnan(const float x) {
+    return (__float_as_uint(x) & 0x7fffffffu) > 0x7f800000u;   // (a bit test: ggml-cuda builds with fast math)
+}
+
+// value d of a K or V row as the kernels' products see it: a turbo row decoded in the rotated domain (norm times
+// centroid, as the split blocks take it), f16 and q8_0 rows as they are
+template <ggml_type type>
+static __device__ __forceinline__ float turbo_fa_row_value(const char * row, const int d) {
+    if constexpr (ggml_cuda_type_is_turbo(type)) {
+        constexpr int bits = turbo_traits<type>::bits;
+        const uint8_t * blk = (const uint8_t *) row + (d / QK_TURBO)*sizeof(typename turbo_traits<type>::block_t);
+        const uint8_t * qs = blk + 2;
+        const int i = d % QK_TURBO;
+        int c = bits == 4 ? (qs[i >> 1] >> (4*(i & 1))) & 15 : (qs[i >> 2] >> (2*(i & 3))) & 3;
+        if (bits == 3) {
+            c |= ((qs[32 + (i >> 3)] >> (i & 7)) & 1) << 2;
+        }
+        return turbo_centroid(bits, c)*__half2float(*(const half *) blk);
+    } else if constexpr (type == GGML_TYPE_F16) {
+        return __half2float(((const half *) row)[d]);
+    } else {
+        const block_q8_0 * b = (const block_q8_0 *) row + d / QK8_0;
+        return __half2float(b->d)*(float) b->qs[d % QK8_0];
+    }
+}
+
+// The cell-0 block (turbo_fa_cell0): key 0's score for every real row of the block's group (KV head hk, row group rg,
+// dim 3 iq3) with K's exact row when it has one (its first value not NaN), else with K's row 0 as the split blocks
+// decode it; then softcap, mask and ALiBi as they apply them; the partial result of one key (max = the score, sum 1,
+// values = V's exact or decoded row 0) into the group's last split slot. qf(r, d): row r's q at dim d as the products
+// take it (rotated for a turbo K, times the softmax scale, base e). Warp w takes rows w, w + 4, ...; no block barrier.
+// (Inlined: not inlined, the kernel's parameters went to its stack for the call, and the tensor-core loops spilled)
+template <int D, ggml_type type_K, ggml_type type_V, int NR, int NT, typename QF>
+static __device__ void turbo_fa_cell0_block(const turbo_fa_params & p, const int hk, const int rg, const int iq3,
+        const QF & qf) {
+    const int lane = threadIdx.x % WARP_SIZE;
+    const int warp = threadIdx.x / WARP_SIZE;
+    const turbo_fa_cell0 & c0 = p.c0;
+    const char * krow = c0.K + (int64_t) hk*p.nb12 + (int64_t) (iq3 % p.ne13)*p.nb13;
+    const char * vrow = c0.V + (int64_t) hk*p.nb22 + (int64_t) (iq3 % p.ne23)*p.nb23;
+    const float * kx = c0.k0 ? (const float *) ((const char *) c0.k0 + hk*c0.k0_nb1 + (iq3 % p.ne13)*c0.k0_nb2) : nullptr;
+    const float * vx = c0.v0 ? (const float *) ((const char *) c0.v0 + hk*c0.v0_nb1 + (iq3 % p.ne23)*c0.v0_nb2) : nullptr;
+    if (kx && turbo_fa_isnan(kx[0])) {
+        kx = nullptr;   // not known exactly: decoded as usual
+    }
+    if (vx && turbo_fa_isnan(vx[0])) {
+        vx = nullptr;
+    }
+    const int R = p.gqa*p.n_q;
+    const int64_t slot = ((int64_t) (iq3*gridDim.y + blockIdx.y))*p.n_split + p.n_split - 1;   // the group's last
+    for (int r = warp; r < NR; r += NT/WARP_SIZE) {
+        const int rho = rg*NR + r;
+        if (rho >= R) {
+            break;   // (rows ascend: the rest are pad rows too, never read)
+        }
+        const int j = rho / p.gqa, h = hk*p.gqa + rho % p.gqa;
+        float s = 0.0f;
+        for (int d = lane; d < D; d += WARP_SIZE) {
+            s += qf(r, d)*(kx ? kx[d] : turbo_fa_row_value<type_K>(krow, d));
+        }
+        s = warp_reduce_sum(s);
+        if (p.logit_softcap != 0.0f) {
+            s = p.logit_softcap*tanhf(s/p.logit_softcap);
+        }
+        if (c0.mask) {
+            const half * m = (const half *) (c0.mask + (int64_t) (iq3 % p.ne33)*p.nb33 + (int64_t) j*p.nb31);
+            s += turbo_alibi_slope(p.max_bias, h, p.n_head_log2, p.m0, p.m1)*__half2float(m[0]);
+        }
+        float * acc = p.part_acc + (slot*NR + r)*D;
+        for (int d = lane; d < D; d += WARP_SIZE) {
+            acc[d] = vx ? vx[d] : turbo_fa_row_value<type_V>(vrow, d);
+        }
+        if (lane == 0) {
+            p.part_meta[slot*NR + r] = s == -INFINITY ? make_float2(-INFINITY, 0.0f) : make_float2(s, 1.0f);
+        }
+    }
 }
 
 // stage NB 128-blocks of TILE keys of a turbo K or V into shared memory: words (qs) and norms
@@ -264,6 +354,11 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
             q_sh[it] *= TURBO_CUDA_INV_SQRT_QK;
         }
         __syncthreads();
+    }
+    if (p.c0.on && split == (int) gridDim.x - 1) {   // the cell-0 block (turbo_fa_cell0)
+        turbo_fa_cell0_block<D, type_K, type_V, NCOLS, TURBO_FA_THREADS>(p, hk, rg, iq3,
+            [&](const int r, const int d) { return q_sh[turbo_fa_qidx<D>(r, d)]; });
+        return;
     }
 
     const int64_t k_off = (int64_t) hk*p.nb12 + (int64_t) (iq3 % p.ne13)*p.nb13;

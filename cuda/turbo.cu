@@ -64,7 +64,37 @@ struct turbo_set_rows_job {
     const float * off;   // the key offset row subtracted on load (fused SUB), or nullptr
     turbo_rope rope;     // RoPE applied before the offset (fused ROPE), rope.pos == nullptr when none
     uint3 fd_nbr, fd_ne01, fd_ne02, fd_ne11, fd_ne12;   // fastdiv values of those extents (turbo_job_locate)
+    // cell 0's exact rows (ggml_set_rows_cell0: dst's src[3], one row of c0_ne0 floats per stream of fd_kv.z rows),
+    // or nullptr: a row stored into a destination row r with r % kv_size == 0 also goes to row r / kv_size of c0
+    float * c0;
+    int64_t c0_ne0;
+    uint3 fd_kv;
 };
+
+// the warp's 128 values (value lane + 32k) rotated as the decoder's output is (H D x, H normalized: the same float
+// operations as turbo_rotate_forward_qk) and stored at y: cell 0's exact block (ggml_set_rows_cell0)
+static __device__ __forceinline__ void turbo_warp_store_rotated(float * y, const float v[4], const int lane) {
+    float t[4];
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        t[k] = turbo_sign_neg(lane + 32*k) ? -v[k] : v[k];
+    }
+    turbo_warp_fwht(t, lane);
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        y[lane + 32*k] = __fmul_rn(t[k], TURBO_CUDA_INV_SQRT_QK);
+    }
+}
+
+// where block ib of a row stored into destination row dst_row goes in cell 0's rows, or nullptr when that row is not
+// a cell 0 (or the job has no cell 0 rows)
+static __device__ __forceinline__ float * turbo_job_cell0(const turbo_set_rows_job & j, const int64_t dst_row, const int ib) {
+    if (!j.c0) {
+        return nullptr;
+    }
+    const uint2 qr = fast_div_modulo((uint32_t) dst_row, j.fd_kv);   // (stream, cell)
+    return qr.y == 0 ? j.c0 + (int64_t) qr.x*j.c0_ne0 + ib*QK_TURBO : nullptr;
+}
 
 // one warp per 128-value block of src0: rows go to the dst rows that src1 names
 template <typename src_t, typename idx_t, int bits>
@@ -91,6 +121,10 @@ static __device__ __forceinline__ void turbo_set_rows_block(const turbo_set_rows
             v[k] = __fsub_rn(v[k], j.off[ib*QK_TURBO + lane + 32*k]);   // ggml_sub's a - b, fused (see below)
         }
     }
+    float * c0 = turbo_job_cell0(j, dst_row, ib);   // warp-uniform
+    if (c0) {
+        turbo_warp_store_rotated(c0, v, lane);
+    }
     int codes[4];
     const uint16_t h = turbo_warp_encode<bits>(v, codes, lane);
     turbo_warp_store<bits>((uint8_t *) (j.dst + dst_row*j.nb1 + i02*j.nb2 + i03*j.nb3 + ib*j.bs), h, codes, lane);
@@ -101,7 +135,7 @@ static __device__ __forceinline__ void turbo_set_rows_block(const turbo_set_rows
 // instructions per thread)
 template <typename idx_t>
 static __device__ __forceinline__ void turbo_job_locate(const turbo_set_rows_job & j, const int blk, const float * & src,
-        uint8_t * & dst, const float * & off) {
+        uint8_t * & dst, const float * & off, float * & c0) {
     const uint2 q0 = fast_div_modulo((uint32_t) blk, j.fd_nbr);    // (row, block of the row)
     const uint2 q1 = fast_div_modulo(q0.x, j.fd_ne01);             // (i2 and i3, i1)
     const uint2 q2 = fast_div_modulo(q1.x, j.fd_ne02);             // (i3, i2)
@@ -111,6 +145,7 @@ static __device__ __forceinline__ void turbo_job_locate(const turbo_set_rows_job
     src = (const float *) j.src0 + i1*j.s01 + i2*j.s02 + i3*j.s03 + ib*QK_TURBO;
     dst = (uint8_t *) (j.dst + dst_row*j.nb1 + i2*j.nb2 + i3*j.nb3 + ib*j.bs);
     off = j.off ? j.off + ib*QK_TURBO : nullptr;
+    c0 = turbo_job_cell0(j, dst_row, ib);
 }
 
 // ---- two threads per block (turbo-encode-t2.cuh; large writes since run 22) ----------------------------------
@@ -172,10 +207,11 @@ static __global__ void k_turbo_set_rows_t2(const turbo_set_rows_job a, const tur
     const bool in_a = gid < a.nblk, in_b = !in_a && gid < n;
     const float * src = nullptr, * off = nullptr;
     uint8_t * dst = nullptr;
+    float * c0 = nullptr;
     if (in_a) {
-        turbo_job_locate<idx_t>(a, gid, src, dst, off);
+        turbo_job_locate<idx_t>(a, gid, src, dst, off, c0);
     } else if (in_b) {
-        turbo_job_locate<idx_t>(b, gid - a.nblk, src, dst, off);
+        turbo_job_locate<idx_t>(b, gid - a.nblk, src, dst, off, c0);
     }
     if (par == 0) {
         srcs[w][pr] = src;
@@ -207,6 +243,20 @@ static __global__ void k_turbo_set_rows_t2(const turbo_set_rows_job a, const tur
         }
     }
     __syncwarp();
+    // cell 0's exact blocks (ggml_set_rows_cell0; one per row of a stream's cell 0, rare): the whole warp rotates each
+    // from its staged row, as the warp kernel does
+    for (uint32_t want = __ballot_sync(0xffffffff, c0 != nullptr && par == 0); want != 0; want &= want - 1) {
+        const int src_lane = __ffs(want) - 1;
+        float * c0b = (float *) __shfl_sync(0xffffffff, (unsigned long long) c0, src_lane);
+        const float * offb = (const float *) __shfl_sync(0xffffffff, (unsigned long long) off, src_lane);
+        const float * xr = xs[w][src_lane >> 1];
+        float v[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            v[k] = offb ? __fsub_rn(xr[lane + 32*k], offb[lane + 32*k]) : xr[lane + 32*k];
+        }
+        turbo_warp_store_rotated(c0b, v, lane);
+    }
     // most warps hold blocks of one job; one may straddle the two, and then runs both encodes
     if (__any_sync(0xffffffff, in_a)) {
         turbo_t2_run<bits_a>(a, in_a, row, off, c2s[w], dst, par);
@@ -257,6 +307,17 @@ static turbo_set_rows_job turbo_set_rows_job_of(const ggml_tensor * src0, const 
     j.fd_ne02 = init_fastdiv_values((uint64_t) ne02);
     j.fd_ne11 = init_fastdiv_values((uint64_t) ne11);
     j.fd_ne12 = init_fastdiv_values((uint64_t) ne12);
+    const ggml_tensor * c0 = dst->src[3];   // ggml_set_rows_cell0
+    j.c0 = nullptr;
+    j.c0_ne0 = 0;
+    j.fd_kv = make_uint3(0, 0, 0);
+    if (c0) {
+        GGML_ASSERT(c0->type == GGML_TYPE_F32 && ggml_is_contiguous(c0) && c0->ne[0] == dst->ne[0]);
+        GGML_ASSERT(dst->ne[2] == 1 && dst->ne[3] == 1 && dst->ne[1] % c0->ne[1] == 0 && dst->ne[1] < INT32_MAX);
+        j.c0 = (float *) c0->data;
+        j.c0_ne0 = c0->ne[0];
+        j.fd_kv = init_fastdiv_values((uint64_t) (dst->ne[1] / c0->ne[1]));
+    }
     return j;
 }
 

@@ -45,6 +45,8 @@ to_fp32_nc_cuda_t ggml_cuda_turbo_get_to_fp32_nc(ggml_type type);
 // flash attention decode (Q->ne[1] <= GGML_CUDA_TURBO_FA_MAX_BATCH) with turbo K and/or V, in the rotated domain
 #define GGML_CUDA_TURBO_FA_MAX_BATCH 8
 bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst);
+// whether the op has cell 0's exact rows for a turbo K or V (ggml_flash_attn_ext_set_cell0): the turbo kernels take them
+bool ggml_cuda_turbo_fattn_has_cell0(const ggml_tensor * dst);
 void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
 // llama's ROPE of Q done by the decode attention kernel on load: the fusable check gives
 // how many nodes after the ROPE (node i) the attention node sits, or 0

@@ -41,12 +41,14 @@ static ggml_type type_by_name(const std::string & name) {
 // llama_context::state_seq_get_data: u32 magic 0xaf143cd8, i32 seq_id; then llama_kv_cache::state_write; an
 // iSWA model writes its two caches one after the other), per cache:
 // u32 n_stream; per stream: u32 cell_count, then (when > 0) per cell i32 pos, u32 n_seq, i32 seq[n_seq];
-// u32 v_trans, u32 n_layer; per layer i32 k_type, u64 k_row_size, cell_count rows; then the values. After the
-// streams, turbo-llama's key data (llama_kv_cache::state_write_turbo_keys): u32 n; per layer i32 il and two
+// u32 v_trans, u32 n_layer; per layer i32 k_type, u64 k_row_size, cell_count rows; then the values; then, where a
+// layer's K or V is turbo (unless TURBO_CELL0=0), the cell-0 section (llama_kv_cache::state_write_cell0): u32 has,
+// and where has = 1 each layer's exact cell-0 K row, then V row, as f32, for its turbo side(s). After the streams, turbo-llama's key data (llama_kv_cache::state_write_turbo_keys): u32 n; per layer i32 il and two
 // arrays (u32 count, count f32): skipped here, the keys are compared as stored.
 struct k_dump {
     std::vector<std::vector<float>> rows;  // per layer: n_cells x n_embd
     std::vector<int> n_embd;
+    std::vector<ggml_type> k_type;
     std::vector<std::vector<int>> pos;     // per layer: the cells' positions
 };
 
@@ -108,12 +110,33 @@ static inline k_dump read_keys(llama_context * ctx, int n_cells) {
                 }
                 d.rows.push_back(std::move(out));
                 d.n_embd.push_back((int) ne);
+                d.k_type.push_back((ggml_type) t);
                 d.pos.push_back(pos);
             }
+            std::vector<int64_t> ne_v(n_layer);
+            std::vector<bool> turbo_v(n_layer);
             for (uint32_t l = 0; l < n_layer; ++l) {  // the values: skipped
-                r.get<int32_t>();
+                const int32_t  t   = r.get<int32_t>();
                 const uint64_t row = r.get<uint64_t>();
+                if (t < 0 || t >= GGML_TYPE_COUNT) die("sequence state: bad V type");
+                ne_v[l]    = (int64_t) (row / ggml_type_size((ggml_type) t)) * ggml_blck_size((ggml_type) t);
+                turbo_v[l] = ggml_is_turbo((ggml_type) t);
                 r.take(n * row);
+            }
+            // the cell-0 section: skipped
+            const size_t l0 = d.n_embd.size() - n_layer;
+            bool any = false;
+            for (uint32_t l = 0; l < n_layer; ++l) {
+                any = any || ggml_is_turbo(d.k_type[l0 + l]) || turbo_v[l];
+            }
+            const char * off = getenv("TURBO_CELL0");
+            if (any && !(off && strcmp(off, "0") == 0)) {
+                const uint32_t has = r.get<uint32_t>();
+                if (has > 1) die("sequence state: unexpected cell-0 section");
+                for (uint32_t l = 0; has && l < n_layer; ++l) {
+                    if (ggml_is_turbo(d.k_type[l0 + l])) r.take(d.n_embd[l0 + l] * sizeof(float));
+                    if (turbo_v[l])                      r.take(ne_v[l] * sizeof(float));
+                }
             }
         }
         const uint32_t n_turbo = r.get<uint32_t>();
