@@ -42,7 +42,7 @@ static ggml_type type_by_name(const std::string & name) {
 // iSWA model writes its two caches one after the other), per cache:
 // u32 n_stream; per stream: u32 cell_count, then (when > 0) per cell i32 pos, u32 n_seq, i32 seq[n_seq];
 // u32 v_trans, u32 n_layer; per layer i32 k_type, u64 k_row_size, cell_count rows; then the values; then, where a
-// layer's K or V is turbo (unless TURBO_CELL0=0), the cell-0 section (llama_kv_cache::state_write_cell0): u32 has,
+// layer's K or V is turbo, the cell-0 section (llama_kv_cache::state_write_cell0): u32 has,
 // and where has = 1 each layer's exact cell-0 K row, then V row, as f32, for its turbo side(s). After the streams, turbo-llama's key data (llama_kv_cache::state_write_turbo_keys): u32 n; per layer i32 il and two
 // arrays (u32 count, count f32): skipped here, the keys are compared as stored.
 struct k_dump {
@@ -129,8 +129,7 @@ static inline k_dump read_keys(llama_context * ctx, int n_cells) {
             for (uint32_t l = 0; l < n_layer; ++l) {
                 any = any || ggml_is_turbo(d.k_type[l0 + l]) || turbo_v[l];
             }
-            const char * off = getenv("TURBO_CELL0");
-            if (any && !(off && strcmp(off, "0") == 0)) {
+            if (any) {
                 const uint32_t has = r.get<uint32_t>();
                 if (has > 1) die("sequence state: unexpected cell-0 section");
                 for (uint32_t l = 0; has && l < n_layer; ++l) {
