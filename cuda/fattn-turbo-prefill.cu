@@ -215,7 +215,15 @@ bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor 
     const ggml_tensor * Q = dst->src[0];
     const ggml_tensor * K = dst->src[1];
     const ggml_tensor * V = dst->src[2];
-    const bool K_turbo = ggml_cuda_is_turbo_type(K->type), V_turbo = ggml_cuda_is_turbo_type(V->type);
+    if (ggml_cuda_is_turbo64_type(K->type) || ggml_cuda_is_turbo64_type(V->type)) {
+        // the 64-value types take this path at every batch size, decode included (turbo-64.cu)
+        if (!ggml_cuda_turbo64_fattn_supported(dst)) {
+            return false;
+        }
+        ggml_cuda_turbo64_fattn(ctx, dst);
+        return true;
+    }
+    const bool K_turbo = ggml_cuda_is_turbo128_type(K->type), V_turbo = ggml_cuda_is_turbo128_type(V->type);
     if ((!K_turbo && !V_turbo) || Q->ne[1] <= GGML_CUDA_TURBO_FA_MAX_BATCH) {
         return false;
     }

@@ -14,8 +14,11 @@ bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst) {
     const ggml_tensor * V    = dst->src[2];
     const ggml_tensor * mask = dst->src[3];
     const ggml_tensor * sinks = dst->src[4];
-    const bool K_turbo = ggml_cuda_is_turbo_type(K->type);
-    const bool V_turbo = ggml_cuda_is_turbo_type(V->type);
+    if (ggml_cuda_is_turbo64_type(K->type) || ggml_cuda_is_turbo64_type(V->type)) {
+        return ggml_cuda_turbo64_fattn_supported(dst);   // the 64-value types: turbo-64.cu, every batch size
+    }
+    const bool K_turbo = ggml_cuda_is_turbo128_type(K->type);
+    const bool V_turbo = ggml_cuda_is_turbo128_type(V->type);
     if (!K_turbo && !V_turbo) {
         return false;
     }
@@ -83,10 +86,10 @@ static void turbo_fattn_combine_launch(cudaStream_t stream, const float * part_a
 // whose rows are 16-byte aligned (its staging copies whole 16-byte chunks of them); the scalar kernel
 // (fattn-turbo.cuh) serves the other pairs (turbo K with q8_0 / f16 V, D = 256 with a plain K) and older GPUs
 static bool turbo_fattn_uses_mma(const ggml_tensor * K, const ggml_tensor * V) {
-    if (!ggml_cuda_is_turbo_type(V->type) || !ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc)) {
+    if (!ggml_cuda_is_turbo128_type(V->type) || !ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc)) {
         return false;
     }
-    if (ggml_cuda_is_turbo_type(K->type)) {
+    if (ggml_cuda_is_turbo128_type(K->type)) {
         return true;
     }
     if (K->type == GGML_TYPE_F16 && V->type == GGML_TYPE_TURBO4) {
@@ -104,7 +107,7 @@ static bool turbo_fattn_uses_mma(const ggml_tensor * K, const ggml_tensor * V) {
 // 91.9-92.2 @128K, turbo2 lost at 128K; below 16K not measured). At D = 256 (Gemma 3) a warp pair per tile (v21; run
 // 20, Gemma 3 270M tg128 against v11 in three calls: turbo3 +3-11% at depth 0, +1-5% at 8K, turbo2 +5-14% at 0-24K)
 static turbo_mma_loop turbo_fattn_mma_loop(const int D, const ggml_type type_K, const ggml_type type_V, const int n_kv) {
-    if (!ggml_cuda_is_turbo_type(type_K)) {
+    if (!ggml_cuda_is_turbo128_type(type_K)) {
         return TURBO_MMA_ONE_TILE;   // q8_0 / f16 K (D = 128): the only loop compiled for them
     }
     if (D == 256) {
@@ -151,7 +154,7 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     // tensor-core kernel (v4 and its successors) for a turbo V on Ampere and newer (turbo_fattn_uses_mma)
     const bool use_mma = turbo_fattn_uses_mma(K, V);
     GGML_ASSERT(!rope || use_mma);   // ggml_cuda_turbo_rope_fa_fusable checked it
-    if (!use_mma && ggml_cuda_is_turbo_type(K->type) && ggml_cuda_is_turbo_type(V->type) && (K->type == GGML_TYPE_TURBO4 || V->type == GGML_TYPE_TURBO4)) {
+    if (!use_mma && ggml_cuda_is_turbo128_type(K->type) && ggml_cuda_is_turbo128_type(V->type) && (K->type == GGML_TYPE_TURBO4 || V->type == GGML_TYPE_TURBO4)) {
         GGML_ABORT("turbo flash attention: turbo4 with a turbo partner needs the tensor-core kernel");
     }
     const turbo_mma_loop loop = turbo_fattn_mma_loop(D, K->type, V->type, n_kv);
@@ -229,8 +232,8 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     p.nrg = nrg; p.n_split = n_part; p.tiles_per_split = tps;
     p.c0 = turbo_fa_cell0{};
     if (c0_on) {
-        const ggml_tensor * k0 = ggml_cuda_is_turbo_type(K->type) ? dst->src[5] : nullptr;
-        const ggml_tensor * v0 = ggml_cuda_is_turbo_type(V->type) ? dst->src[6] : nullptr;
+        const ggml_tensor * k0 = ggml_cuda_is_turbo128_type(K->type) ? dst->src[5] : nullptr;
+        const ggml_tensor * v0 = ggml_cuda_is_turbo128_type(V->type) ? dst->src[6] : nullptr;
         GGML_ASSERT(!k0 || (k0->type == GGML_TYPE_F32 && k0->nb[0] == sizeof(float) && k0->ne[0] == D));
         GGML_ASSERT(!v0 || (v0->type == GGML_TYPE_F32 && v0->nb[0] == sizeof(float) && v0->ne[0] == D));
         p.c0.on = 1;
@@ -267,7 +270,7 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     }
     CUDA_CHECK(cudaGetLastError());
 
-    const bool V_turbo = ggml_cuda_is_turbo_type(V->type);
+    const bool V_turbo = ggml_cuda_is_turbo128_type(V->type);
     const float * sinks_d = sinks ? (const float *) sinks->data : nullptr;
     float * dst_d = (float *) dst->data;
 #define TURBO_COMBINE(DD, VT, NC) \
@@ -281,6 +284,10 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
 }
 
 void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    if (ggml_cuda_is_turbo64_type(dst->src[1]->type) || ggml_cuda_is_turbo64_type(dst->src[2]->type)) {
+        ggml_cuda_turbo64_fattn(ctx, dst);
+        return;
+    }
     turbo_fattn_decode(ctx, dst, nullptr);
 }
 
@@ -312,7 +319,7 @@ int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
             // get stream 0's positions; those graphs keep upstream's ROPE kernel
             return q != rope && n->src[0] == q && q->view_src == rope && ggml_cuda_turbo_fattn_pair_supported(n) &&
                 n->src[0]->ne[1] <= GGML_CUDA_TURBO_FA_MAX_BATCH && n->src[0]->ne[0] == D && n->src[0]->ne[3] == 1 &&
-                ggml_cuda_is_turbo_type(n->src[1]->type) && turbo_fattn_uses_mma(n->src[1], n->src[2]) ? j - i : 0;
+                ggml_cuda_is_turbo128_type(n->src[1]->type) && turbo_fattn_uses_mma(n->src[1], n->src[2]) ? j - i : 0;
         }
         if (!ggml_op_is_empty(n->op)) {
             return 0;   // another computed node in between

@@ -1,7 +1,8 @@
 // turbo-llama: bit-exactness of the CUDA turbo write path against the CPU reference.
 //
-// SET_ROWS (f32 and f16 sources) and CPY into turbo4/turbo3/turbo2 are computed on CUDA0 through ggml-backend;
-// every written block is compared byte for byte with ggml_quantize_chunk (= quantize_row_turbo*_ref).
+// SET_ROWS (f32 and f16 sources) and CPY into turbo4/turbo3/turbo2 and their 64-value forms (turbo4_64/turbo3_64/
+// turbo2_64, one warp per 64-block: cuda/turbo-64.cu) are computed on CUDA0 through ggml-backend;
+// every written block is compared byte for byte with ggml_quantize_chunk (= quantize_row_turbo*_ref, *_64_ref).
 // GET_ROWS back to f32 on CUDA0 is compared bit for bit with the type's to_float (dequantize_row_turbo*).
 // Rows cover normal, uniform, large (> 2^32, the rescaled path), small (FP16-subnormal norms), constant,
 // sparse, Hadamard-like, zero, NaN and Inf inputs. Exit status 0 only if every byte matches.
@@ -19,7 +20,7 @@
 #include <random>
 #include <vector>
 
-static const int NCOLS = 1024;     // 8 blocks of 128 per row
+static const int NCOLS = 1024;     // 8 blocks of 128 (16 of 64) per row
 // rows of a case: 512 (4096 blocks: f32 rows take the bulk 2-thread write kernel) or 48 (384 blocks: the warp
 // kernel, as a decode step's writes); f16 rows and turbo4 always take the warp kernel
 static int NROWS = 512;
@@ -109,7 +110,7 @@ static int run_case(ggml_backend_t be, ggml_type type, ggml_type src_type, bool 
         ggml_quantize_chunk(type, x.data() + (size_t) r*NCOLS, ref.data(), 0, 1, NCOLS, nullptr);
         const uint8_t * g = got.data() + (size_t) perm[r]*row_size;
         bool ok = true;
-        for (int b = 0; b < NCOLS/128; ++b) {
+        for (int b = 0; b < NCOLS/ggml_blck_size(type); ++b) {
             const size_t bs = ggml_type_size(type);
             if (memcmp(g + b*bs, ref.data() + b*bs, bs) != 0) {
                 ok = false;
@@ -125,7 +126,7 @@ static int run_case(ggml_backend_t be, ggml_type type, ggml_type src_type, bool 
             deq_bad++;
         }
     }
-    printf("BITEXACT %-6s %-8s src %-3s rows %3d: %d/%d rows identical (%d blocks differ); GET_ROWS f32 decode: %d/%d rows bit-identical\n",
+    printf("BITEXACT %-9s %-8s src %-3s rows %3d: %d/%d rows identical (%d blocks differ); GET_ROWS f32 decode: %d/%d rows bit-identical\n",
         ggml_type_name(type), use_cpy ? "CPY" : "SET_ROWS", ggml_type_name(src_type), NROWS, rows_ok, NROWS, blocks_bad, NROWS - deq_bad, NROWS);
     ggml_backend_buffer_free(buf);
     ggml_free(ctx);
@@ -142,7 +143,8 @@ int main() {
     int fails = 0;
     for (int rows : { 512, 48 }) {
         NROWS = rows;
-        for (ggml_type type : { GGML_TYPE_TURBO4, GGML_TYPE_TURBO3, GGML_TYPE_TURBO2 }) {
+        for (ggml_type type : { GGML_TYPE_TURBO4, GGML_TYPE_TURBO3, GGML_TYPE_TURBO2,
+                                GGML_TYPE_TURBO4_64, GGML_TYPE_TURBO3_64, GGML_TYPE_TURBO2_64 }) {
             for (ggml_type st : { GGML_TYPE_F32, GGML_TYPE_F16 }) {
                 fails += run_case(be, type, st, false, rng);
                 fails += run_case(be, type, st, true, rng);

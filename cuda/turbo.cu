@@ -414,7 +414,7 @@ static void turbo_set_rows_launch(ggml_backend_cuda_context & ctx, const ggml_te
 static void turbo_set_rows_dispatch(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
         ggml_tensor * dst, const float * off) {
     ggml_cuda_turbo_check_tables();
-    GGML_ASSERT(ggml_cuda_is_turbo_type(dst->type));
+    GGML_ASSERT(ggml_cuda_is_turbo128_type(dst->type));
     GGML_ASSERT(src0->type == GGML_TYPE_F32 || src0->type == GGML_TYPE_F16);
     GGML_ASSERT(src1->type == GGML_TYPE_I64 || src1->type == GGML_TYPE_I32);
     GGML_ASSERT(off == nullptr || src0->type == GGML_TYPE_F32);
@@ -428,6 +428,10 @@ static void turbo_set_rows_dispatch(ggml_backend_cuda_context & ctx, const ggml_
 }
 
 void ggml_cuda_turbo_set_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    if (ggml_cuda_is_turbo64_type(dst->type)) {
+        ggml_cuda_turbo64_set_rows(ctx, dst);
+        return;
+    }
     turbo_set_rows_dispatch(ctx, dst->src[0], dst->src[1], dst, nullptr);
 }
 
@@ -440,7 +444,7 @@ bool ggml_cuda_turbo_set_rows_sub_fusable(const ggml_tensor * sub, const ggml_te
     }
     const ggml_tensor * a   = sub->src[0];
     const ggml_tensor * off = sub->src[1];
-    return ggml_cuda_is_turbo_type(set_rows->type) && sub->type == GGML_TYPE_F32 && a->type == GGML_TYPE_F32 &&
+    return ggml_cuda_is_turbo128_type(set_rows->type) && sub->type == GGML_TYPE_F32 && a->type == GGML_TYPE_F32 &&
         off->type == GGML_TYPE_F32 && ggml_are_same_shape(a, sub) && a->nb[0] == sizeof(float) &&
         ggml_is_contiguous(off) && off->ne[0] == a->ne[0] && ggml_nelements(off) == off->ne[0] &&
         a->ne[0] % QK_TURBO == 0 && (set_rows->src[1]->type == GGML_TYPE_I64 || set_rows->src[1]->type == GGML_TYPE_I32);
@@ -454,7 +458,7 @@ void ggml_cuda_turbo_set_rows_sub(ggml_backend_cuda_context & ctx, const ggml_te
 // when it is a SET_ROWS of f32 rows into a turbo tensor with the same index type, so that a decode step's two
 // cache writes are one launch instead of two (each is a few microseconds of latency for one row per layer)
 bool ggml_cuda_turbo_set_rows_pair_fusable(const ggml_tensor * set_rows_k, const ggml_tensor * set_rows_v) {
-    if (set_rows_v->op != GGML_OP_SET_ROWS || !ggml_cuda_is_turbo_type(set_rows_v->type)) {
+    if (set_rows_v->op != GGML_OP_SET_ROWS || !ggml_cuda_is_turbo128_type(set_rows_v->type)) {
         return false;
     }
     const ggml_tensor * x = set_rows_v->src[0];
@@ -584,12 +588,19 @@ static __global__ void k_turbo_cpy_from(
 }
 
 bool ggml_cuda_turbo_cpy_supported(const ggml_tensor * src0, const ggml_tensor * src1) {
-    const bool to   = ggml_cuda_is_turbo_type(src1->type) && (src0->type == GGML_TYPE_F32 || src0->type == GGML_TYPE_F16);
-    const bool from = ggml_cuda_is_turbo_type(src0->type) && (src1->type == GGML_TYPE_F32 || src1->type == GGML_TYPE_F16);
+    if (ggml_cuda_is_turbo64_type(src0->type) || ggml_cuda_is_turbo64_type(src1->type)) {
+        return ggml_cuda_turbo64_cpy_supported(src0, src1);
+    }
+    const bool to   = ggml_cuda_is_turbo128_type(src1->type) && (src0->type == GGML_TYPE_F32 || src0->type == GGML_TYPE_F16);
+    const bool from = ggml_cuda_is_turbo128_type(src0->type) && (src1->type == GGML_TYPE_F32 || src1->type == GGML_TYPE_F16);
     return (to || from) && src0->ne[0] % QK_TURBO == 0 && src1->ne[0] % QK_TURBO == 0;
 }
 
 void ggml_cuda_turbo_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, ggml_tensor * src1) {
+    if (ggml_cuda_is_turbo64_type(src0->type) || ggml_cuda_is_turbo64_type(src1->type)) {
+        ggml_cuda_turbo64_cpy(ctx, src0, src1);
+        return;
+    }
     ggml_cuda_turbo_check_tables();
     GGML_ASSERT(ggml_cuda_turbo_cpy_supported(src0, src1));
     GGML_ASSERT(ggml_nelements(src0) == ggml_nelements(src1));
@@ -606,7 +617,7 @@ void ggml_cuda_turbo_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * sr
         src1->ne[0], src1->ne[1], src1->ne[2], src1->nb[1], src1->nb[2], src1->nb[3], (int) ggml_type_size(src1->type)
 #define TURBO_CPY_FROM_ARGS s, d, nblk, src0->ne[0], src0->ne[1], src0->ne[2], src0->nb[1], src0->nb[2], src0->nb[3], \
         src1->ne[0], src1->ne[1], src1->ne[2], src1->nb[0], src1->nb[1], src1->nb[2], src1->nb[3], (int) ggml_type_size(src0->type)
-    if (ggml_cuda_is_turbo_type(src1->type)) {
+    if (ggml_cuda_is_turbo128_type(src1->type)) {
         const int bits = turbo_bits(src1->type);
         if (src0->type == GGML_TYPE_F32) {
             if (bits == 4)      k_turbo_cpy_to<float, 4><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
@@ -664,6 +675,10 @@ static __global__ void k_turbo_get_rows(
 }
 
 void ggml_cuda_turbo_get_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    if (ggml_cuda_is_turbo64_type(dst->src[0]->type)) {
+        ggml_cuda_turbo64_get_rows(ctx, dst);
+        return;
+    }
     ggml_cuda_turbo_check_tables();
     const ggml_tensor * src0 = dst->src[0];
     const ggml_tensor * src1 = dst->src[1];
@@ -739,6 +754,9 @@ static void turbo_dequant_cuda(const void * x, dst_t * y, int64_t k, cudaStream_
 }
 
 to_fp16_cuda_t ggml_cuda_turbo_get_to_fp16(ggml_type type) {
+    if (ggml_cuda_is_turbo64_type(type)) {
+        return ggml_cuda_turbo64_get_to_fp16(type);
+    }
     switch (type) {
         case GGML_TYPE_TURBO4: return turbo_dequant_cuda<half, 4>;
         case GGML_TYPE_TURBO3: return turbo_dequant_cuda<half, 3>;
@@ -747,6 +765,9 @@ to_fp16_cuda_t ggml_cuda_turbo_get_to_fp16(ggml_type type) {
     }
 }
 to_fp32_cuda_t ggml_cuda_turbo_get_to_fp32(ggml_type type) {
+    if (ggml_cuda_is_turbo64_type(type)) {
+        return ggml_cuda_turbo64_get_to_fp32(type);
+    }
     switch (type) {
         case GGML_TYPE_TURBO4: return turbo_dequant_cuda<float, 4>;
         case GGML_TYPE_TURBO3: return turbo_dequant_cuda<float, 3>;
@@ -755,6 +776,9 @@ to_fp32_cuda_t ggml_cuda_turbo_get_to_fp32(ggml_type type) {
     }
 }
 to_fp16_nc_cuda_t ggml_cuda_turbo_get_to_fp16_nc(ggml_type type) {
+    if (ggml_cuda_is_turbo64_type(type)) {
+        return ggml_cuda_turbo64_get_to_fp16_nc(type);
+    }
     switch (type) {
         case GGML_TYPE_TURBO4: return turbo_dequant_nc_cuda<half, 4>;
         case GGML_TYPE_TURBO3: return turbo_dequant_nc_cuda<half, 3>;
@@ -763,6 +787,9 @@ to_fp16_nc_cuda_t ggml_cuda_turbo_get_to_fp16_nc(ggml_type type) {
     }
 }
 to_fp32_nc_cuda_t ggml_cuda_turbo_get_to_fp32_nc(ggml_type type) {
+    if (ggml_cuda_is_turbo64_type(type)) {
+        return ggml_cuda_turbo64_get_to_fp32_nc(type);
+    }
     switch (type) {
         case GGML_TYPE_TURBO4: return turbo_dequant_nc_cuda<float, 4>;
         case GGML_TYPE_TURBO3: return turbo_dequant_nc_cuda<float, 3>;

@@ -16,8 +16,16 @@ static void ggml_cuda_turbo_launch(Kernel kernel, const dim3 grid, const dim3 bl
     kernel<<<grid, block, 0, stream>>>(std::forward<Args>(args)...);
 }
 
-static inline bool ggml_cuda_is_turbo_type(ggml_type t) {
+// the 128-value block types (turbo.cu, fattn-turbo*.cu) and the 64-value ones of head_dim 64 models (turbo-64.cu)
+static inline bool ggml_cuda_is_turbo128_type(ggml_type t) {
     return t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO2 || t == GGML_TYPE_TURBO4;
+}
+static inline bool ggml_cuda_is_turbo64_type(ggml_type t) {
+    return t == GGML_TYPE_TURBO3_64 || t == GGML_TYPE_TURBO2_64 || t == GGML_TYPE_TURBO4_64;
+}
+// any turbo type: what the hooks in upstream's files route to the entry points below, which serve both sizes
+static inline bool ggml_cuda_is_turbo_type(ggml_type t) {
+    return ggml_cuda_is_turbo128_type(t) || ggml_cuda_is_turbo64_type(t);
 }
 
 // write path: SET_ROWS (src0 f32 or f16) into a turbo tensor; CPY f32/f16 -> turbo and turbo -> f32/f16
@@ -52,6 +60,18 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
 // how many nodes after the ROPE (node i) the attention node sits, or 0
 int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, int i);
 void ggml_cuda_turbo_rope_fa(ggml_backend_cuda_context & ctx, const ggml_tensor * rope, ggml_tensor * fa);
+// the 64-value types (turbo-64.cu), called by the entry points above for a _64 tensor: the writes (no fused forms),
+// the reads, and flash attention at every batch size through upstream's f16 kernels in the rotated domain
+void ggml_cuda_turbo64_set_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
+bool ggml_cuda_turbo64_cpy_supported(const ggml_tensor * src0, const ggml_tensor * src1);
+void ggml_cuda_turbo64_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, ggml_tensor * src1);
+void ggml_cuda_turbo64_get_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
+to_fp16_cuda_t    ggml_cuda_turbo64_get_to_fp16(ggml_type type);
+to_fp32_cuda_t    ggml_cuda_turbo64_get_to_fp32(ggml_type type);
+to_fp16_nc_cuda_t ggml_cuda_turbo64_get_to_fp16_nc(ggml_type type);
+to_fp32_nc_cuda_t ggml_cuda_turbo64_get_to_fp32_nc(ggml_type type);
+bool ggml_cuda_turbo64_fattn_supported(const ggml_tensor * dst);
+void ggml_cuda_turbo64_fattn(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
 // prefill (larger batches) with turbo K and/or V through upstream's f16 kernels in the rotated domain;
 // false when it does not apply (then the generic path converts the cache to f16)
 bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor * dst);

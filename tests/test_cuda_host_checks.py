@@ -36,3 +36,13 @@ def test_two_thread_kv_write_on_the_host():
     both store alignments), equals the C reference byte for byte, and so does the code of values at every boundary.
     Needs only g++ (the C reference is compiled in)."""
     assert "0 of 960 blocks differ" in run_host_check("set_rows_t2_check.sh")
+
+
+def test_64_value_warp_helpers_on_the_host():
+    """The 64-value types' warp helpers (cuda/turbo-64.cu: encode and pack as SET_ROWS / CPY do, decode as GET_ROWS
+    does, the rotations of cell 0's rows and of the attention), the 32 lanes emulated: every block of turbo4_64,
+    turbo3_64 and turbo2_64 (special ones included: zeros, NaN, Inf, huge, tiny, constant, sparse) equals the C
+    reference byte for byte, and every decoded or rotated value bit for bit. Needs only g++."""
+    out = run_host_check("turbo64_check.sh")
+    for bits in (4, 3, 2):
+        assert f"turbo{bits}_64: 0 of 120 blocks differ" in out

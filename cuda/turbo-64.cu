@@ -1,0 +1,814 @@
+// turbo-llama: the 64-value block types on CUDA (turbo3_64 / turbo2_64 / turbo4_64: head_dim 64 models; the format is
+// cpu_ref/ggml-turbo.h's "64-value blocks": a 64-point FWHT, the first 64 signs of D, the d = 64 codebooks of
+// turbo-codebooks-64.h, 26 / 18 / 34 bytes per block).
+//
+// The first, simplest correct CUDA path, one warp per 64-value block everywhere (lane l holds values l and l + 32):
+//   - the KV write (SET_ROWS f32/f16 -> _64, with cell 0's exact rows of ggml_set_rows_cell0) and CPY to _64: the same
+//     float operations as quantize_row_turbo*_64_ref in the same order, explicitly rounded (bit-exact with the CPU);
+//     the fused writes of turbo.cu (the key offset's SUB, the K/V pair, K's RoPE) decline _64, so those run unfused;
+//   - the reads (GET_ROWS, CPY _64 -> f32/f16, the to_fp16/to_fp32 conversions): dequantize_row_turbo*_64's operations;
+//   - flash attention at every batch size (decode included) as fattn-turbo-prefill.cu does for the 128-value types:
+//     a _64 K or V decoded to f16 in the rotated domain (norm x centroid, no inverse transform), cell 0's exact rows
+//     over row 0, q rotated once (64-point), upstream's f16 kernels, the output rotated back once (64-point). A q8_0
+//     partner is converted to f16 here too, so that upstream's kernel needs no f16 space of its own in dst.
+#include "turbo-common.cuh"
+#include "turbo.cuh"
+#include "fattn.cuh"
+#include "turbo-codebooks-64.h"
+
+#include <cstring>
+
+#define TURBO64_WARPS_PER_BLOCK 8
+#define TURBO64_INV_SQRT 0.125f   // 1/sqrt(64), exact
+
+// the d = 64 codebooks (turbo-codebooks-64.h) as device literals, compared with the host arrays at first use
+#define TURBO64_CUDA_C3 { -2.639118904e-01f, -1.661654508e-01f, -9.383050444e-02f, -3.046860396e-02f, \
+                           3.046860396e-02f,  9.383050444e-02f,  1.661654508e-01f,  2.639118904e-01f }
+#define TURBO64_CUDA_B3 { -2.150386706e-01f, -1.299979776e-01f, -6.214955420e-02f, 0.000000000e+00f, \
+                           6.214955420e-02f,  1.299979776e-01f,  2.150386706e-01f }
+#define TURBO64_CUDA_C2 { -1.874973527e-01f, -5.651511998e-02f, 5.651511998e-02f, 1.874973527e-01f }
+#define TURBO64_CUDA_B2 { -1.220062364e-01f, 0.000000000e+00f, 1.220062364e-01f }
+#define TURBO64_CUDA_C4 { -3.307860921e-01f, -2.529018923e-01f, -1.988439333e-01f, -1.549136965e-01f, \
+                          -1.164762114e-01f, -8.130337259e-02f, -4.808427844e-02f, -1.591710151e-02f, \
+                           1.591710151e-02f,  4.808427844e-02f,  8.130337259e-02f,  1.164762114e-01f, \
+                           1.549136965e-01f,  1.988439333e-01f,  2.529018923e-01f,  3.307860921e-01f }
+#define TURBO64_CUDA_B4 { -2.918439922e-01f, -2.258729128e-01f, -1.768788149e-01f, -1.356949539e-01f, \
+                          -9.888979200e-02f, -6.469382552e-02f, -3.200068997e-02f,  0.000000000e+00f, \
+                           3.200068997e-02f,  6.469382552e-02f,  9.888979200e-02f,  1.356949539e-01f, \
+                           1.768788149e-01f,  2.258729128e-01f,  2.918439922e-01f }
+
+static __device__ __constant__ float turbo64_d_c3[8]  = TURBO64_CUDA_C3;
+static __device__ __constant__ float turbo64_d_b3[7]  = TURBO64_CUDA_B3;
+static __device__ __constant__ float turbo64_d_c2[4]  = TURBO64_CUDA_C2;
+static __device__ __constant__ float turbo64_d_b2[3]  = TURBO64_CUDA_B2;
+static __device__ __constant__ float turbo64_d_c4[16] = TURBO64_CUDA_C4;
+static __device__ __constant__ float turbo64_d_b4[15] = TURBO64_CUDA_B4;
+
+static void turbo64_check_tables(void) {
+    ggml_cuda_turbo_check_tables();   // the sign words (a 64-value block takes the first two)
+    static bool checked = false;
+    if (checked) {
+        return;
+    }
+    const float c3[8] = TURBO64_CUDA_C3, b3[7] = TURBO64_CUDA_B3, c2[4] = TURBO64_CUDA_C2, b2[3] = TURBO64_CUDA_B2;
+    const float c4[16] = TURBO64_CUDA_C4, b4[15] = TURBO64_CUDA_B4;
+    if (memcmp(c3, turbo3_64_centroids, sizeof(c3)) != 0 || memcmp(b3, turbo3_64_boundaries, sizeof(b3)) != 0 ||
+        memcmp(c2, turbo2_64_centroids, sizeof(c2)) != 0 || memcmp(b2, turbo2_64_boundaries, sizeof(b2)) != 0 ||
+        memcmp(c4, turbo4_64_centroids, sizeof(c4)) != 0 || memcmp(b4, turbo4_64_boundaries, sizeof(b4)) != 0) {
+        GGML_ABORT("turbo-llama: the CUDA copies of the 64-value turbo codebooks differ from turbo-codebooks-64.h");
+    }
+    checked = true;
+}
+
+
+static inline int turbo64_bits(const ggml_type t) {
+    return t == GGML_TYPE_TURBO4_64 ? 4 : t == GGML_TYPE_TURBO3_64 ? 3 : 2;
+}
+
+static inline dim3 turbo64_grid(const int64_t nblk) {
+    return dim3((unsigned) ((nblk + TURBO64_WARPS_PER_BLOCK - 1) / TURBO64_WARPS_PER_BLOCK));
+}
+
+template <typename T> static __device__ __forceinline__ float turbo64_to_f32(T x) { return (float) x; }
+template <> __device__ __forceinline__ float turbo64_to_f32<half>(half x) { return __half2float(x); }
+template <typename T> static __device__ __forceinline__ T turbo64_from_f32(float x) { return (T) x; }
+template <> __device__ __forceinline__ half turbo64_from_f32<half>(float x) { return __float2half_rn(x); }
+
+// ---- the block in one warp: value lane + 32k in v[k], k = 0, 1 -------------------------------------------------------
+// (from here to "end of the warp helpers", cuda/host-check/turbo64_check.sh compiles the code as host code with the
+// warp's 32 lanes emulated, against the C reference)
+static __device__ __forceinline__ float turbo64_centroid(const int bits, const int c) {
+    return bits == 4 ? turbo64_d_c4[c] : bits == 3 ? turbo64_d_c3[c] : turbo64_d_c2[c];
+}
+static __device__ __forceinline__ float turbo64_boundary(const int bits, const int b) {
+    return bits == 4 ? turbo64_d_b4[b] : bits == 3 ? turbo64_d_b3[b] : turbo64_d_b2[b];
+}
+
+
+// unnormalized FWHT of 64 values, butterflies of span 1, 2, ..., 32 as the C code (t[j] = a + b, t[j+h] = a - b)
+static __device__ __forceinline__ void turbo64_warp_fwht(float v[2], const int lane) {
+#pragma unroll
+    for (int h = 1; h < 32; h *= 2) {
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            const float o = __shfl_xor_sync(0xffffffff, v[k], h);
+            v[k] = (lane & h) ? __fsub_rn(o, v[k]) : __fadd_rn(v[k], o);
+        }
+    }
+    const float a = v[0], b = v[1];   // span 32
+    v[0] = __fadd_rn(a, b);
+    v[1] = __fsub_rn(a, b);
+}
+
+// pairwise tree sum of 64 values (s[i] += s[i + h], h = 32..1), broadcast to all lanes
+static __device__ __forceinline__ float turbo64_warp_tree_sum(const float s[2]) {
+    float a = __fadd_rn(s[0], s[1]);   // h = 32
+#pragma unroll
+    for (int h = 16; h >= 1; h /= 2) {
+        a = __fadd_rn(a, __shfl_down_sync(0xffffffff, a, h));
+    }
+    return __shfl_sync(0xffffffff, a, 0);
+}
+
+template <int bits>
+static __device__ __forceinline__ int turbo64_code_of(const float y, float & cv) {
+    int c = 0;
+    cv = turbo64_centroid(bits, 0);
+#pragma unroll
+    for (int b = 0; b < (1 << bits) - 1; ++b) {
+        if (y > turbo64_boundary(bits, b)) {
+            c = b + 1;
+            cv = turbo64_centroid(bits, b + 1);
+        }
+    }
+    return c;
+}
+
+// turbo_encode_block (cpu_ref/ggml-turbo.c) for qk = 64: returns the FP16 norm bits, codes[k] of value lane + 32k
+// (all 0 for the zero block)
+template <int bits>
+static __device__ __forceinline__ uint16_t turbo64_warp_encode(const float x[2], int codes[2], const int lane) {
+    bool bad = false;
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        bad |= (__float_as_uint(x[k]) & 0x7f800000u) == 0x7f800000u;
+        const float a = fabsf(x[k]);
+        amax = a > amax ? a : amax;
+        codes[k] = 0;
+    }
+    bad = __any_sync(0xffffffff, bad);
+#pragma unroll
+    for (int h = 16; h >= 1; h /= 2) {
+        const float o = __shfl_xor_sync(0xffffffff, amax, h);
+        amax = o > amax ? o : amax;
+    }
+    if (bad || amax == 0.0f) {
+        return 0;
+    }
+    int e = 0;
+    float p1 = 1.0f, p2 = 1.0f;
+    if (amax > TURBO_CUDA_BIG_AMAX) {
+        e = turbo_prescale(amax, p1, p2);
+    }
+    float t[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        t[k] = e != 0 ? __fmul_rn(__fmul_rn(x[k], p1), p2) : x[k];
+        if (turbo_sign_neg(lane + 32*k)) {
+            t[k] = -t[k];
+        }
+    }
+    turbo64_warp_fwht(t, lane);
+    float s[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        s[k] = __fmul_rn(t[k], t[k]);
+    }
+    const float len = __fsqrt_rn(turbo64_warp_tree_sum(s));
+    if (!(len > 0.0f)) {
+        return 0;
+    }
+    const float inv = __fdiv_rn(1.0f, len);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        float cv;
+        codes[k] = turbo64_code_of<bits>(__fmul_rn(t[k], inv), cv);
+        s[k] = __fmul_rn(cv, cv);
+    }
+    const float clen = __fsqrt_rn(turbo64_warp_tree_sum(s));
+    float norm = __fdiv_rn(__fmul_rn(len, TURBO64_INV_SQRT), clen);
+    if (e != 0) {
+        const int e1 = e / 2, e2 = e - e / 2;
+        norm = __fmul_rn(__fmul_rn(norm, __uint_as_float((uint32_t) (127 + e1) << 23)),
+                         __uint_as_float((uint32_t) (127 + e2) << 23));
+    }
+    if (!(norm <= TURBO_CUDA_FP16_MAX)) {
+        norm = TURBO_CUDA_FP16_MAX;
+    }
+    return __half_as_ushort(__float2half_rn(norm));
+}
+
+// the block (norm + packed codes) from the warp's codes; a zero norm stores all codes 0
+template <int bits>
+static __device__ __forceinline__ void turbo64_warp_store(uint8_t * dst_block, const uint16_t norm, const int codes[2], const int lane) {
+    uint8_t * qs = dst_block + 2;
+    if (lane == 0) {
+        // the norm as two bytes: a 64-value block of 18 or 26 bytes is 2-byte aligned, but keep to bytes as the rows may
+        // start anywhere a view puts them
+        dst_block[0] = (uint8_t) (norm & 0xff);
+        dst_block[1] = (uint8_t) (norm >> 8);
+    }
+    if (bits == 4) {
+        // byte j = code 2j | code 2j+1 << 4 (j = lane): codes 2l, 2l+1 sit in lanes (2l) % 32, (2l+1) % 32, slot l / 16
+        const int w = codes[0] | (codes[1] << 4);
+        const int o0 = __shfl_sync(0xffffffff, w, (2*lane) & 31);
+        const int o1 = __shfl_sync(0xffffffff, w, (2*lane + 1) & 31);
+        const int s = 4*(lane >> 4);
+        qs[lane] = norm ? (uint8_t) (((o0 >> s) & 15) | (((o1 >> s) & 15) << 4)) : 0;
+        return;
+    }
+    // low plane byte j (j = lane < 16): codes 4j..4j+3 in lanes (4j+m) % 32, slot j / 8
+    const int w = codes[0] | (codes[1] << 3);
+    const int kk = (lane >> 3) & 1;
+    int lo = 0;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        const int o = __shfl_sync(0xffffffff, w, (4*lane + m) & 31);
+        lo |= ((o >> (3*kk)) & 3) << (2*m);
+    }
+    const uint32_t hb0 = __ballot_sync(0xffffffff, (codes[0] >> 2) & 1);
+    const uint32_t hb1 = __ballot_sync(0xffffffff, (codes[1] >> 2) & 1);
+    if (lane < 16) {
+        qs[lane] = norm ? (uint8_t) lo : 0;
+    }
+    if (bits == 3 && lane < 8) {   // high plane byte j = bit 2 of codes 8j..8j+7
+        const uint32_t word = lane < 4 ? hb0 : hb1;
+        qs[16 + lane] = norm ? (uint8_t) (word >> (8*(lane & 3))) : 0;
+    }
+}
+
+static __device__ __forceinline__ uint16_t turbo64_load_norm(const uint8_t * b) {
+    return (uint16_t) (b[0] | (b[1] << 8));
+}
+
+// code i of a block's qs
+template <int bits>
+static __device__ __forceinline__ int turbo64_code(const uint8_t * qs, const int i) {
+    if (bits == 4) {
+        return (qs[i >> 1] >> (4*(i & 1))) & 15;
+    }
+    int c = (qs[i >> 2] >> (2*(i & 3))) & 3;
+    if (bits == 3) {
+        c |= ((qs[16 + (i >> 3)] >> (i & 7)) & 1) << 2;
+    }
+    return c;
+}
+
+// dequantize_row_turbo*_64 of one block: x[k] = value lane + 32k
+template <int bits>
+static __device__ __forceinline__ void turbo64_warp_decode(const uint8_t * blk, float x[2], const int lane) {
+    const float scale = __fmul_rn(__half2float(__ushort_as_half(turbo64_load_norm(blk))), TURBO64_INV_SQRT);
+    const float book = turbo64_centroid(bits, lane & ((1 << bits) - 1));
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        const int c = turbo64_code<bits>(blk + 2, lane + 32*k);
+        x[k] = __fmul_rn(__shfl_sync(0xffffffff, book, c), scale);
+    }
+    turbo64_warp_fwht(x, lane);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        if (turbo_sign_neg(lane + 32*k)) {
+            x[k] = -x[k];
+        }
+    }
+}
+
+// the block in the decoder's rotated domain (norm x centroid, as f32 before any rounding to f16): x[k] of value lane + 32k
+template <int bits>
+static __device__ __forceinline__ void turbo64_warp_decode_rotated(const uint8_t * blk, float x[2], const int lane) {
+    const float norm = __half2float(__ushort_as_half(turbo64_load_norm(blk)));
+    const float book = turbo64_centroid(bits, lane & ((1 << bits) - 1));
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        const int c = turbo64_code<bits>(blk + 2, lane + 32*k);
+        x[k] = norm*__shfl_sync(0xffffffff, book, c);
+    }
+}
+
+// R x = H D x (H normalized) of the warp's block, the same float operations as turbo_rotate_forward_qk
+static __device__ __forceinline__ void turbo64_warp_rotate(float v[2], const int lane) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        v[k] = turbo_sign_neg(lane + 32*k) ? -v[k] : v[k];
+    }
+    turbo64_warp_fwht(v, lane);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        v[k] = __fmul_rn(v[k], TURBO64_INV_SQRT);
+    }
+}
+
+// R^-1 x = D H x, as turbo_rotate_inverse_qk
+static __device__ __forceinline__ void turbo64_warp_unrotate(float v[2], const int lane) {
+    turbo64_warp_fwht(v, lane);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        v[k] = __fmul_rn(v[k], TURBO64_INV_SQRT);
+        v[k] = turbo_sign_neg(lane + 32*k) ? -v[k] : v[k];
+    }
+}
+
+// ---- end of the warp helpers
+
+// ---- SET_ROWS ---------------------------------------------------------------------------------------------------------
+
+// one warp per 64-value block of src0 (element strides s0*, s1*; dst byte strides); c0: cell 0's exact rows
+// (ggml_set_rows_cell0: a row stored into a destination row r with r % kv == 0 also goes, rotated, to row r / kv of c0)
+template <typename src_t, typename idx_t, int bits>
+static __global__ void k_turbo64_set_rows(const src_t * __restrict__ src0, const idx_t * __restrict__ src1, char * __restrict__ dst,
+        const int64_t nblk, const int64_t nbr, const int64_t ne01, const int64_t ne02, const int64_t ne11, const int64_t ne12,
+        const int64_t s01, const int64_t s02, const int64_t s03, const int64_t s10, const int64_t s11, const int64_t s12,
+        const size_t nb1, const size_t nb2, const size_t nb3, const int bs, float * __restrict__ c0, const int64_t c0_ne0,
+        const int64_t kv) {
+    const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (wid >= nblk) {
+        return;
+    }
+    int64_t r = wid / nbr;
+    const int64_t ib  = wid - r*nbr;
+    const int64_t i01 = r % ne01; r /= ne01;
+    const int64_t i02 = r % ne02;
+    const int64_t i03 = r / ne02;
+    const int64_t i12 = i03 % ne12;
+    const int64_t i11 = i02 % ne11;
+    const int64_t dst_row = (int64_t) src1[i01*s10 + i11*s11 + i12*s12];
+
+    const src_t * x = src0 + i01*s01 + i02*s02 + i03*s03 + ib*QK_TURBO_64;
+    float v[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        v[k] = turbo64_to_f32(x[lane + 32*k]);
+    }
+    if (c0 && dst_row % kv == 0) {
+        float t[2] = { v[0], v[1] };
+        turbo64_warp_rotate(t, lane);
+        float * y = c0 + (dst_row / kv)*c0_ne0 + ib*QK_TURBO_64;
+        y[lane]      = t[0];
+        y[lane + 32] = t[1];
+    }
+    int codes[2];
+    const uint16_t h = turbo64_warp_encode<bits>(v, codes, lane);
+    turbo64_warp_store<bits>((uint8_t *) (dst + dst_row*nb1 + i02*nb2 + i03*nb3 + ib*bs), h, codes, lane);
+}
+
+template <typename src_t, typename idx_t>
+static void turbo64_set_rows_launch(cudaStream_t stream, const ggml_tensor * src0, const ggml_tensor * src1, ggml_tensor * dst) {
+    GGML_TENSOR_BINARY_OP_LOCALS
+    GGML_ASSERT(ne00 % QK_TURBO_64 == 0 && nb00 == sizeof(src_t));
+    const int64_t nbr  = ne00 / QK_TURBO_64;
+    const int64_t nblk = nbr*ne01*ne02*ne03;
+    if (nblk == 0) {
+        return;
+    }
+    const ggml_tensor * c0t = dst->src[3];   // ggml_set_rows_cell0
+    float * c0 = nullptr;
+    int64_t c0_ne0 = 0, kv = 1;
+    if (c0t) {
+        GGML_ASSERT(c0t->type == GGML_TYPE_F32 && ggml_is_contiguous(c0t) && c0t->ne[0] == dst->ne[0]);
+        GGML_ASSERT(dst->ne[2] == 1 && dst->ne[3] == 1 && dst->ne[1] % c0t->ne[1] == 0);
+        c0 = (float *) c0t->data;
+        c0_ne0 = c0t->ne[0];
+        kv = dst->ne[1] / c0t->ne[1];
+    }
+    const int bits = turbo64_bits(dst->type);
+    const auto kernel = bits == 4 ? k_turbo64_set_rows<src_t, idx_t, 4> : bits == 3 ? k_turbo64_set_rows<src_t, idx_t, 3> :
+                                    k_turbo64_set_rows<src_t, idx_t, 2>;
+    kernel<<<turbo64_grid(nblk), TURBO64_WARPS_PER_BLOCK*WARP_SIZE, 0, stream>>>(
+        (const src_t *) src0->data, (const idx_t *) src1->data, (char *) dst->data, nblk, nbr, ne01, ne02, ne11, ne12,
+        (int64_t) (nb01/sizeof(src_t)), (int64_t) (nb02/sizeof(src_t)), (int64_t) (nb03/sizeof(src_t)),
+        (int64_t) (nb10/sizeof(idx_t)), (int64_t) (nb11/sizeof(idx_t)), (int64_t) (nb12/sizeof(idx_t)),
+        nb1, nb2, nb3, (int) ggml_type_size(dst->type), c0, c0_ne0, kv);
+    CUDA_CHECK(cudaGetLastError());
+}
+
+void ggml_cuda_turbo64_set_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    turbo64_check_tables();
+    const ggml_tensor * src0 = dst->src[0];
+    const ggml_tensor * src1 = dst->src[1];
+    GGML_ASSERT(ggml_cuda_is_turbo64_type(dst->type));
+    GGML_ASSERT(src0->type == GGML_TYPE_F32 || src0->type == GGML_TYPE_F16);
+    GGML_ASSERT(src1->type == GGML_TYPE_I64 || src1->type == GGML_TYPE_I32);
+    cudaStream_t stream = ctx.stream();
+    if (src0->type == GGML_TYPE_F32) {
+        if (src1->type == GGML_TYPE_I64) turbo64_set_rows_launch<float, int64_t>(stream, src0, src1, dst);
+        else                             turbo64_set_rows_launch<float, int32_t>(stream, src0, src1, dst);
+    } else {
+        if (src1->type == GGML_TYPE_I64) turbo64_set_rows_launch<half, int64_t>(stream, src0, src1, dst);
+        else                             turbo64_set_rows_launch<half, int32_t>(stream, src0, src1, dst);
+    }
+}
+
+// ---- CPY --------------------------------------------------------------------------------------------------------------
+
+// f32/f16 -> _64: 64 consecutive elements in logical order are one block of the destination
+template <typename src_t, int bits>
+static __global__ void k_turbo64_cpy_to(const char * __restrict__ src0, char * __restrict__ dst, const int64_t nblk,
+        const int64_t ne00, const int64_t ne01, const int64_t ne02, const size_t nb00, const size_t nb01, const size_t nb02,
+        const size_t nb03, const int64_t ne10, const int64_t ne11, const int64_t ne12, const size_t nb11, const size_t nb12,
+        const size_t nb13, const int bs) {
+    const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (wid >= nblk) {
+        return;
+    }
+    float v[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        int64_t r = wid*QK_TURBO_64 + lane + 32*k;   // element by element: the source may be any permuted view
+        const int64_t i00 = r % ne00; r /= ne00;
+        const int64_t i01 = r % ne01; r /= ne01;
+        const int64_t i02 = r % ne02;
+        const int64_t i03 = r / ne02;
+        v[k] = turbo64_to_f32(*(const src_t *) (src0 + i03*nb03 + i02*nb02 + i01*nb01 + i00*nb00));
+    }
+    int64_t r = wid*QK_TURBO_64;
+    const int64_t i10 = r % ne10; r /= ne10;
+    const int64_t i11 = r % ne11; r /= ne11;
+    const int64_t i12 = r % ne12;
+    const int64_t i13 = r / ne12;
+    int codes[2];
+    const uint16_t h = turbo64_warp_encode<bits>(v, codes, lane);
+    turbo64_warp_store<bits>((uint8_t *) (dst + i13*nb13 + i12*nb12 + i11*nb11 + (i10/QK_TURBO_64)*bs), h, codes, lane);
+}
+
+// _64 -> f32/f16
+template <typename dst_t, int bits>
+static __global__ void k_turbo64_cpy_from(const char * __restrict__ src0, char * __restrict__ dst, const int64_t nblk,
+        const int64_t ne00, const int64_t ne01, const int64_t ne02, const size_t nb01, const size_t nb02, const size_t nb03,
+        const int64_t ne10, const int64_t ne11, const int64_t ne12, const size_t nb10, const size_t nb11, const size_t nb12,
+        const size_t nb13, const int bs) {
+    const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (wid >= nblk) {
+        return;
+    }
+    int64_t r = wid*QK_TURBO_64;
+    const int64_t i00 = r % ne00; r /= ne00;
+    const int64_t i01 = r % ne01; r /= ne01;
+    const int64_t i02 = r % ne02;
+    const int64_t i03 = r / ne02;
+    float v[2];
+    turbo64_warp_decode<bits>((const uint8_t *) (src0 + i03*nb03 + i02*nb02 + i01*nb01 + (i00/QK_TURBO_64)*bs), v, lane);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        int64_t q = wid*QK_TURBO_64 + lane + 32*k;
+        const int64_t i10 = q % ne10; q /= ne10;
+        const int64_t i11 = q % ne11; q /= ne11;
+        const int64_t i12 = q % ne12;
+        const int64_t i13 = q / ne12;
+        *(dst_t *) (dst + i13*nb13 + i12*nb12 + i11*nb11 + i10*nb10) = turbo64_from_f32<dst_t>(v[k]);
+    }
+}
+
+bool ggml_cuda_turbo64_cpy_supported(const ggml_tensor * src0, const ggml_tensor * src1) {
+    const bool to   = ggml_cuda_is_turbo64_type(src1->type) && (src0->type == GGML_TYPE_F32 || src0->type == GGML_TYPE_F16);
+    const bool from = ggml_cuda_is_turbo64_type(src0->type) && (src1->type == GGML_TYPE_F32 || src1->type == GGML_TYPE_F16);
+    // the quantized side's rows are whole blocks, addressed block by block
+    const ggml_tensor * q = to ? src1 : src0;
+    return (to || from) && src0->ne[0] % QK_TURBO_64 == 0 && src1->ne[0] % QK_TURBO_64 == 0 &&
+        q->nb[0] == ggml_type_size(q->type);
+}
+
+void ggml_cuda_turbo64_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, ggml_tensor * src1) {
+    turbo64_check_tables();
+    GGML_ASSERT(ggml_cuda_turbo64_cpy_supported(src0, src1));
+    GGML_ASSERT(ggml_nelements(src0) == ggml_nelements(src1));
+    const int64_t nblk = ggml_nelements(src0) / QK_TURBO_64;
+    if (nblk == 0) {
+        return;
+    }
+    cudaStream_t stream = ctx.stream();
+    const dim3 grid = turbo64_grid(nblk);
+    const dim3 block(TURBO64_WARPS_PER_BLOCK*WARP_SIZE);
+    const char * s = (const char *) src0->data;
+    char * d = (char *) src1->data;
+#define TURBO64_CPY_TO_ARGS  s, d, nblk, src0->ne[0], src0->ne[1], src0->ne[2], src0->nb[0], src0->nb[1], src0->nb[2], src0->nb[3], \
+        src1->ne[0], src1->ne[1], src1->ne[2], src1->nb[1], src1->nb[2], src1->nb[3], (int) ggml_type_size(src1->type)
+#define TURBO64_CPY_FROM_ARGS s, d, nblk, src0->ne[0], src0->ne[1], src0->ne[2], src0->nb[1], src0->nb[2], src0->nb[3], \
+        src1->ne[0], src1->ne[1], src1->ne[2], src1->nb[0], src1->nb[1], src1->nb[2], src1->nb[3], (int) ggml_type_size(src0->type)
+    if (ggml_cuda_is_turbo64_type(src1->type)) {
+        const int bits = turbo64_bits(src1->type);
+        if (src0->type == GGML_TYPE_F32) {
+            if (bits == 4)      k_turbo64_cpy_to<float, 4><<<grid, block, 0, stream>>>(TURBO64_CPY_TO_ARGS);
+            else if (bits == 3) k_turbo64_cpy_to<float, 3><<<grid, block, 0, stream>>>(TURBO64_CPY_TO_ARGS);
+            else                k_turbo64_cpy_to<float, 2><<<grid, block, 0, stream>>>(TURBO64_CPY_TO_ARGS);
+        } else {
+            if (bits == 4)      k_turbo64_cpy_to<half, 4><<<grid, block, 0, stream>>>(TURBO64_CPY_TO_ARGS);
+            else if (bits == 3) k_turbo64_cpy_to<half, 3><<<grid, block, 0, stream>>>(TURBO64_CPY_TO_ARGS);
+            else                k_turbo64_cpy_to<half, 2><<<grid, block, 0, stream>>>(TURBO64_CPY_TO_ARGS);
+        }
+    } else {
+        const int bits = turbo64_bits(src0->type);
+        if (src1->type == GGML_TYPE_F32) {
+            if (bits == 4)      k_turbo64_cpy_from<float, 4><<<grid, block, 0, stream>>>(TURBO64_CPY_FROM_ARGS);
+            else if (bits == 3) k_turbo64_cpy_from<float, 3><<<grid, block, 0, stream>>>(TURBO64_CPY_FROM_ARGS);
+            else                k_turbo64_cpy_from<float, 2><<<grid, block, 0, stream>>>(TURBO64_CPY_FROM_ARGS);
+        } else {
+            if (bits == 4)      k_turbo64_cpy_from<half, 4><<<grid, block, 0, stream>>>(TURBO64_CPY_FROM_ARGS);
+            else if (bits == 3) k_turbo64_cpy_from<half, 3><<<grid, block, 0, stream>>>(TURBO64_CPY_FROM_ARGS);
+            else                k_turbo64_cpy_from<half, 2><<<grid, block, 0, stream>>>(TURBO64_CPY_FROM_ARGS);
+        }
+    }
+#undef TURBO64_CPY_TO_ARGS
+#undef TURBO64_CPY_FROM_ARGS
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- GET_ROWS ---------------------------------------------------------------------------------------------------------
+
+template <typename dst_t, int bits>
+static __global__ void k_turbo64_get_rows(const char * __restrict__ src0, const int32_t * __restrict__ src1, char * __restrict__ dst,
+        const int64_t nblk, const int64_t nbr, const int64_t ne10, const int64_t ne11, const size_t nb01, const size_t nb02,
+        const size_t nb03, const int64_t s10, const int64_t s11, const int64_t s12, const size_t nb1, const size_t nb2,
+        const size_t nb3, const int bs) {
+    const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (wid >= nblk) {
+        return;
+    }
+    int64_t r = wid / nbr;
+    const int64_t ib  = wid - r*nbr;
+    const int64_t i10 = r % ne10; r /= ne10;
+    const int64_t i11 = r % ne11;
+    const int64_t i12 = r / ne11;
+    const int64_t row = src1[i10*s10 + i11*s11 + i12*s12];
+    float v[2];
+    turbo64_warp_decode<bits>((const uint8_t *) (src0 + row*nb01 + i11*nb02 + i12*nb03 + ib*bs), v, lane);
+    dst_t * y = (dst_t *) (dst + i10*nb1 + i11*nb2 + i12*nb3) + ib*QK_TURBO_64;
+    y[lane]      = turbo64_from_f32<dst_t>(v[0]);
+    y[lane + 32] = turbo64_from_f32<dst_t>(v[1]);
+}
+
+void ggml_cuda_turbo64_get_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    turbo64_check_tables();
+    const ggml_tensor * src0 = dst->src[0];
+    const ggml_tensor * src1 = dst->src[1];
+    GGML_TENSOR_BINARY_OP_LOCALS
+    GGML_ASSERT(src1->type == GGML_TYPE_I32);
+    GGML_ASSERT(dst->type == GGML_TYPE_F32 || dst->type == GGML_TYPE_F16);
+    GGML_ASSERT(ne00 % QK_TURBO_64 == 0);
+    const int64_t nbr  = ne00 / QK_TURBO_64;
+    const int64_t nblk = nbr*ne10*ne11*ne12;
+    if (nblk == 0) {
+        return;
+    }
+    cudaStream_t stream = ctx.stream();
+    const dim3 grid = turbo64_grid(nblk);
+    const dim3 block(TURBO64_WARPS_PER_BLOCK*WARP_SIZE);
+    const int bs = (int) ggml_type_size(src0->type);
+    const int bits = turbo64_bits(src0->type);
+#define TURBO64_GR_ARGS (const char *) src0->data, (const int32_t *) src1->data, (char *) dst->data, nblk, nbr, ne10, ne11, \
+        nb01, nb02, nb03, (int64_t) (nb10/4), (int64_t) (nb11/4), (int64_t) (nb12/4), nb1, nb2, nb3, bs
+    if (dst->type == GGML_TYPE_F32) {
+        if (bits == 4)      k_turbo64_get_rows<float, 4><<<grid, block, 0, stream>>>(TURBO64_GR_ARGS);
+        else if (bits == 3) k_turbo64_get_rows<float, 3><<<grid, block, 0, stream>>>(TURBO64_GR_ARGS);
+        else                k_turbo64_get_rows<float, 2><<<grid, block, 0, stream>>>(TURBO64_GR_ARGS);
+    } else {
+        if (bits == 4)      k_turbo64_get_rows<half, 4><<<grid, block, 0, stream>>>(TURBO64_GR_ARGS);
+        else if (bits == 3) k_turbo64_get_rows<half, 3><<<grid, block, 0, stream>>>(TURBO64_GR_ARGS);
+        else                k_turbo64_get_rows<half, 2><<<grid, block, 0, stream>>>(TURBO64_GR_ARGS);
+    }
+#undef TURBO64_GR_ARGS
+    CUDA_CHECK(cudaGetLastError());
+}
+
+// ---- to_fp16 / to_fp32 (contiguous and non-contiguous; strides in blocks) --------------------------------------------
+
+// ROTATED: the rotated domain (norm x centroid, fattn below) instead of the values
+template <typename dst_t, int bits, bool ROTATED>
+static __global__ void k_turbo64_dequant(const char * __restrict__ x, dst_t * __restrict__ y, const int64_t nblk,
+        const int64_t nbr, const int64_t ne01, const int64_t ne02, const int64_t s01, const int64_t s02, const int64_t s03,
+        const int bs) {
+    const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (wid >= nblk) {
+        return;
+    }
+    int64_t r = wid / nbr;
+    const int64_t ib = wid - r*nbr;
+    const int64_t i1 = r % ne01; r /= ne01;
+    const int64_t i2 = r % ne02;
+    const int64_t i3 = r / ne02;
+    const uint8_t * blk = (const uint8_t *) x + (i1*s01 + i2*s02 + i3*s03 + ib)*bs;
+    float v[2];
+    if (ROTATED) {
+        turbo64_warp_decode_rotated<bits>(blk, v, lane);
+    } else {
+        turbo64_warp_decode<bits>(blk, v, lane);
+    }
+    dst_t * yb = y + wid*QK_TURBO_64;
+    yb[lane]      = turbo64_from_f32<dst_t>(v[0]);
+    yb[lane + 32] = turbo64_from_f32<dst_t>(v[1]);
+}
+
+template <typename dst_t, int bits, bool ROTATED = false>
+static void turbo64_dequant_nc_cuda(const void * x, dst_t * y, int64_t ne00, int64_t ne01, int64_t ne02, int64_t ne03,
+        int64_t s01, int64_t s02, int64_t s03, cudaStream_t stream) {
+    GGML_ASSERT(ne00 % QK_TURBO_64 == 0);
+    const int64_t nbr  = ne00 / QK_TURBO_64;
+    const int64_t nblk = nbr*ne01*ne02*ne03;
+    if (nblk == 0) {
+        return;
+    }
+    const int bs = bits == 4 ? (int) sizeof(block_turbo4_64) : bits == 3 ? (int) sizeof(block_turbo3_64) : (int) sizeof(block_turbo2_64);
+    k_turbo64_dequant<dst_t, bits, ROTATED><<<turbo64_grid(nblk), TURBO64_WARPS_PER_BLOCK*WARP_SIZE, 0, stream>>>(
+        (const char *) x, y, nblk, nbr, ne01, ne02, s01, s02, s03, bs);
+}
+
+template <typename dst_t, int bits>
+static void turbo64_dequant_cuda(const void * x, dst_t * y, int64_t k, cudaStream_t stream) {
+    GGML_ASSERT(k % QK_TURBO_64 == 0);
+    const int64_t nb = k / QK_TURBO_64;
+    turbo64_dequant_nc_cuda<dst_t, bits>(x, y, k, 1, 1, 1, nb, nb, nb, stream);
+}
+
+to_fp16_cuda_t ggml_cuda_turbo64_get_to_fp16(ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_TURBO4_64: return turbo64_dequant_cuda<half, 4>;
+        case GGML_TYPE_TURBO3_64: return turbo64_dequant_cuda<half, 3>;
+        case GGML_TYPE_TURBO2_64: return turbo64_dequant_cuda<half, 2>;
+        default: return nullptr;
+    }
+}
+to_fp32_cuda_t ggml_cuda_turbo64_get_to_fp32(ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_TURBO4_64: return turbo64_dequant_cuda<float, 4>;
+        case GGML_TYPE_TURBO3_64: return turbo64_dequant_cuda<float, 3>;
+        case GGML_TYPE_TURBO2_64: return turbo64_dequant_cuda<float, 2>;
+        default: return nullptr;
+    }
+}
+to_fp16_nc_cuda_t ggml_cuda_turbo64_get_to_fp16_nc(ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_TURBO4_64: return turbo64_dequant_nc_cuda<half, 4>;
+        case GGML_TYPE_TURBO3_64: return turbo64_dequant_nc_cuda<half, 3>;
+        case GGML_TYPE_TURBO2_64: return turbo64_dequant_nc_cuda<half, 2>;
+        default: return nullptr;
+    }
+}
+to_fp32_nc_cuda_t ggml_cuda_turbo64_get_to_fp32_nc(ggml_type type) {
+    switch (type) {
+        case GGML_TYPE_TURBO4_64: return turbo64_dequant_nc_cuda<float, 4>;
+        case GGML_TYPE_TURBO3_64: return turbo64_dequant_nc_cuda<float, 3>;
+        case GGML_TYPE_TURBO2_64: return turbo64_dequant_nc_cuda<float, 2>;
+        default: return nullptr;
+    }
+}
+
+// ---- flash attention --------------------------------------------------------------------------------------------------
+
+// q rows (strided f32, ne0 a multiple of 64) -> contiguous rows of R q, one warp per 64-block
+static __global__ void k_turbo64_rotate_rows(const char * __restrict__ src, float * __restrict__ dst, const int64_t ne0,
+        const int64_t ne1, const int64_t ne2, const size_t nb1, const size_t nb2, const size_t nb3, const int64_t nblk) {
+    const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (wid >= nblk) {
+        return;
+    }
+    const int64_t row = wid / (ne0/QK_TURBO_64);
+    const int64_t b   = wid % (ne0/QK_TURBO_64);
+    const int64_t i1 = row % ne1, i2 = (row / ne1) % ne2, i3 = row / (ne1*ne2);
+    const float * s = (const float *) (src + i1*nb1 + i2*nb2 + i3*nb3) + b*QK_TURBO_64;
+    float v[2] = { s[lane], s[lane + 32] };
+    turbo64_warp_rotate(v, lane);
+    float * d = dst + wid*QK_TURBO_64;
+    d[lane]      = v[0];
+    d[lane + 32] = v[1];
+}
+
+// contiguous f32 rows in place: R^-1
+static __global__ void k_turbo64_unrotate_rows(float * __restrict__ x, const int64_t nblk) {
+    const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
+    const int lane = threadIdx.x % WARP_SIZE;
+    if (wid >= nblk) {
+        return;
+    }
+    float * r = x + wid*QK_TURBO_64;
+    float v[2] = { r[lane], r[lane + 32] };
+    turbo64_warp_unrotate(v, lane);
+    r[lane]      = v[0];
+    r[lane + 32] = v[1];
+}
+
+// cell 0's exact rows (ggml_flash_attn_ext_set_cell0; x: F32 [D, n_head_kv, ne3], rotated domain) over row 0 of every
+// head and stream of the decoded cache (contiguous f16 [D, n_kv, n_head_kv, ne3]), except rows whose first value is NaN
+static __global__ void k_turbo64_cell0_f16(const char * __restrict__ x, half * __restrict__ dst, const int D, const int64_t n_kv,
+        const size_t nb1, const size_t nb2) {
+    const int h = blockIdx.x, i3 = blockIdx.y;
+    const float * row = (const float *) (x + h*nb1 + i3*nb2);
+    if ((__float_as_uint(row[0]) & 0x7fffffffu) > 0x7f800000u) {   // NaN (a bit test: ggml-cuda builds with fast math)
+        return;
+    }
+    half * out = dst + ((int64_t) i3*gridDim.x + h)*n_kv*D;
+    for (int d = threadIdx.x; d < D; d += blockDim.x) {
+        out[d] = __float2half(row[d]);
+    }
+}
+
+// t as a contiguous tensor of `type` at data
+static ggml_tensor turbo64_contiguous_like(const ggml_tensor * t, const ggml_type type, void * data) {
+    ggml_tensor r = *t;
+    r.type = type;
+    r.data = data;
+    r.view_src = nullptr;
+    r.view_offs = 0;
+    r.buffer = nullptr;
+    r.nb[0] = ggml_type_size(type);
+    for (int i = 1; i < GGML_MAX_DIMS; ++i) {
+        r.nb[i] = r.nb[i - 1]*r.ne[i - 1];
+    }
+    return r;
+}
+
+// the K or V side as upstream's kernel gets it: _64 decoded rotated (cell 0's rows over row 0), q8_0 (or another type
+// with a to_fp16 conversion) converted, f16 as it is
+static ggml_tensor turbo64_side_f16(cudaStream_t stream, const ggml_tensor * t, const ggml_tensor * cell0,
+        ggml_cuda_pool_alloc<half> & buf) {
+    if (t->type == GGML_TYPE_F16) {
+        return *t;
+    }
+    buf.alloc(ggml_nelements(t));
+    const size_t ts = ggml_type_size(t->type);
+    GGML_ASSERT(t->nb[0] == ts);
+    const int64_t s01 = t->nb[1]/ts, s02 = t->nb[2]/ts, s03 = t->nb[3]/ts;
+    if (ggml_cuda_is_turbo64_type(t->type)) {
+        const int bits = turbo64_bits(t->type);
+        const auto dec = bits == 4 ? turbo64_dequant_nc_cuda<half, 4, true> : bits == 3 ? turbo64_dequant_nc_cuda<half, 3, true> :
+                                     turbo64_dequant_nc_cuda<half, 2, true>;
+        dec(t->data, buf.ptr, t->ne[0], t->ne[1], t->ne[2], t->ne[3], s01, s02, s03, stream);
+        if (cell0) {
+            GGML_ASSERT(cell0->type == GGML_TYPE_F32 && cell0->nb[0] == sizeof(float) && cell0->ne[0] == t->ne[0] &&
+                cell0->ne[1] == t->ne[2] && cell0->ne[2] == t->ne[3]);
+            k_turbo64_cell0_f16<<<dim3((unsigned) t->ne[2], (unsigned) t->ne[3]), 64, 0, stream>>>((const char *) cell0->data,
+                buf.ptr, (int) t->ne[0], t->ne[1], cell0->nb[1], cell0->nb[2]);
+        }
+    } else {
+        const to_fp16_nc_cuda_t conv = ggml_get_to_fp16_nc_cuda(t->type);
+        GGML_ASSERT(conv);
+        conv(t->data, buf.ptr, t->ne[0], t->ne[1], t->ne[2], t->ne[3], s01, s02, s03, stream);
+    }
+    CUDA_CHECK(cudaGetLastError());
+    return turbo64_contiguous_like(t, GGML_TYPE_F16, buf.ptr);
+}
+
+static bool turbo64_fattn_side_ok(const ggml_tensor * t) {
+    return (ggml_cuda_is_turbo64_type(t->type) || t->type == GGML_TYPE_F16 || t->type == GGML_TYPE_Q8_0) &&
+        t->nb[0] == ggml_type_size(t->type);
+}
+
+bool ggml_cuda_turbo64_fattn_supported(const ggml_tensor * dst) {
+    const ggml_tensor * Q = dst->src[0];
+    const ggml_tensor * K = dst->src[1];
+    const ggml_tensor * V = dst->src[2];
+    if (!ggml_cuda_is_turbo64_type(K->type) && !ggml_cuda_is_turbo64_type(V->type)) {
+        return false;
+    }
+    if (!turbo64_fattn_side_ok(K) || !turbo64_fattn_side_ok(V) || Q->type != GGML_TYPE_F32 || dst->type != GGML_TYPE_F32 ||
+        !ggml_is_contiguous(dst)) {
+        return false;
+    }
+    if (Q->ne[0] % QK_TURBO_64 != 0 || K->ne[0] != Q->ne[0] || V->ne[0] % QK_TURBO_64 != 0) {
+        return false;
+    }
+    // upstream's f16 kernels must take the op as it will be run: f16 K/V of the same shapes, no cell-0 rows
+    ggml_tensor Kf = turbo64_contiguous_like(K, GGML_TYPE_F16, K->data);
+    ggml_tensor Vf = turbo64_contiguous_like(V, GGML_TYPE_F16, V->data);
+    ggml_tensor d = *dst;
+    d.src[1] = &Kf;
+    d.src[2] = &Vf;
+    d.src[5] = nullptr;
+    d.src[6] = nullptr;
+    return ggml_cuda_flash_attn_ext_supported(ggml_cuda_get_device(), &d);
+}
+
+void ggml_cuda_turbo64_fattn(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    turbo64_check_tables();
+    const ggml_tensor * Q = dst->src[0];
+    const ggml_tensor * K = dst->src[1];
+    const ggml_tensor * V = dst->src[2];
+    GGML_ASSERT(ggml_cuda_turbo64_fattn_supported(dst));
+    const bool K64 = ggml_cuda_is_turbo64_type(K->type), V64 = ggml_cuda_is_turbo64_type(V->type);
+    cudaStream_t stream = ctx.stream();
+    ggml_cuda_pool & pool = ctx.pool();
+    const dim3 block(TURBO64_WARPS_PER_BLOCK*WARP_SIZE);
+
+    ggml_cuda_pool_alloc<float> q_rot(pool);
+    ggml_cuda_pool_alloc<half>  k_f16(pool), v_f16(pool);
+    ggml_tensor Qr = *Q;
+    if (K64) {
+        q_rot.alloc(ggml_nelements(Q));
+        const int64_t nblk = ggml_nelements(Q)/QK_TURBO_64;
+        k_turbo64_rotate_rows<<<turbo64_grid(nblk), block, 0, stream>>>((const char *) Q->data, q_rot.ptr, Q->ne[0], Q->ne[1],
+            Q->ne[2], Q->nb[1], Q->nb[2], Q->nb[3], nblk);
+        CUDA_CHECK(cudaGetLastError());
+        Qr = turbo64_contiguous_like(Q, GGML_TYPE_F32, q_rot.ptr);
+    }
+    ggml_tensor Kr = turbo64_side_f16(stream, K, K64 ? dst->src[5] : nullptr, k_f16);
+    ggml_tensor Vr = turbo64_side_f16(stream, V, V64 ? dst->src[6] : nullptr, v_f16);
+
+    ggml_tensor dst_r = *dst;   // writes dst's data; K and V are f16 now: upstream's dispatch
+    dst_r.src[0] = &Qr;
+    dst_r.src[1] = &Kr;
+    dst_r.src[2] = &Vr;
+    dst_r.src[5] = nullptr;
+    dst_r.src[6] = nullptr;
+    ggml_cuda_flash_attn_ext(ctx, &dst_r);
+
+    if (V64) {
+        const int64_t nblk = ggml_nelements(dst)/QK_TURBO_64;
+        k_turbo64_unrotate_rows<<<turbo64_grid(nblk), block, 0, stream>>>((float *) dst->data, nblk);
+        CUDA_CHECK(cudaGetLastError());
+    }
+}
