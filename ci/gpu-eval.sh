@@ -12,6 +12,7 @@
 #                                              then, in the background, once the build is done and no other eval runs:
 #                                              turbo-llama eval --backend cuda --model /tmp/tle/PREFIX.gguf
 #                                              --out /tmp/tle/TAG [EVAL ARGS]   (log /tmp/tle/TAG.log, rc TAG.rc)
+#           bash ci/gpu-eval.sh assemble PREFIX BYTES SHA256   the parts' join alone (ci/gpu-run.sh's eval uses it)
 #           bash ci/gpu-eval.sh wait SECONDS TAG...   waits for those evals (at most SECONDS), tars each
 #                                              record + log into $OUT/TAG.tgz
 #           bash ci/gpu-eval.sh status         parts, build and evals on this machine
@@ -38,6 +39,20 @@ status() {
         echo "eval $t: rc=$(cat "$W/$t.rc" 2>/dev/null || echo -) | $(tail -c 300 "$l" | tr '\r\n' '  ' | tail -c 200)"; done
 }
 
+# assemble PREFIX BYTES SHA256: the carried parts PREFIX00, PREFIX01, ... joined into $W/PREFIX.gguf (size and sha256
+# checked; once per machine)
+assemble() {
+    local prefix=$1 bytes=$2 sha=$3 m=$W/$1.gguf parts have got
+    [ -f "$m" ] && return 0
+    parts=$(ls "$W"/parts/"$prefix"[0-9][0-9] 2>/dev/null | sort)
+    have=$(cat $parts 2>/dev/null | wc -c)
+    [ "$have" = "$bytes" ] || { echo "$prefix parts hold $have bytes of $bytes"; return 1; }
+    cat $parts > "$m.tmp"
+    got=$(sha256sum "$m.tmp" | cut -d' ' -f1)
+    [ "$got" = "$sha" ] || { echo "$prefix: sha256 $got, not $sha"; rm -f "$m.tmp"; return 1; }
+    mv "$m.tmp" "$m"; echo "$prefix.gguf assembled: $bytes bytes, sha256 ok"
+}
+
 case "${1:-status}" in
 parts)
     for f in "$REPO"/.devcarry/*/*[0-9][0-9]; do    # new parts only (a warm machine keeps the earlier ones)
@@ -53,15 +68,7 @@ parts)
 start)
     tag=$2 prefix=$3 bytes=$4 sha=$5; shift 5
     m=$W/$prefix.gguf
-    if [ ! -f "$m" ]; then
-        parts=$(ls "$W"/parts/"$prefix"[0-9][0-9] 2>/dev/null | sort)
-        have=$(cat $parts 2>/dev/null | wc -c)
-        [ "$have" = "$bytes" ] || { echo "start $tag: $prefix parts hold $have bytes of $bytes"; status; exit 1; }
-        cat $parts > "$m.tmp"
-        got=$(sha256sum "$m.tmp" | cut -d' ' -f1)
-        [ "$got" = "$sha" ] || { echo "start $tag: sha256 $got, not $sha"; rm -f "$m.tmp"; exit 1; }
-        mv "$m.tmp" "$m"; echo "$prefix.gguf assembled: $bytes bytes, sha256 ok"
-    fi
+    assemble "$prefix" "$bytes" "$sha" || { echo "start $tag: no model"; status; exit 1; }
     backend=cuda; case " $* " in *" --backend "*) backend= ;; esac
     rm -f "$W/$tag.rc"
     # one eval at a time (flock), after the build
@@ -79,6 +86,7 @@ start)
         < /dev/null > /dev/null 2>&1 &
     echo "eval $tag queued (build: $(build_state))" ;;
 buildstate) build_state ;;
+assemble) shift; assemble "$@" ;;
 wait)
     max=$2; shift 2; t0=$(date +%s)
     for tag in "$@"; do

@@ -20,8 +20,8 @@
 #            TL_TYPES (f16,q8_0,turbo3,turbo2), TL_DEPTHS (0,32768), TL_ROUNDS (1), TL_REPS (1), -p 512 -n 128;
 #            TL_PAIRS="q8_0/turbo3 f16/turbo3 ...": mixed K/V pairs by llama-bench -n 128 at TL_PAIR_DEPTHS (32768)
 #   eval     Gemma 3 270M perplexity and KLD against its own f16 on the GPU (llama-perplexity -fa on -ngl 99): the
-#            GGUF travels in parts (.devcarry/m1/p1 .. m6/p6, one per call, each call's parts are kept in /tmp/tl) and
-#            is assembled when all are there; TL_PPL_TYPES (f16 q8_0 turbo3 turbo2), TL_PPL_ARGS (e.g. -ub 1: every
+#            GGUF travels in parts (.devcarry/*/g00 .. g04, as ci/gpu-eval.sh takes them; a warm machine keeps each
+#            call's parts) and is joined when all are there; TL_PPL_TYPES (f16 q8_0 turbo3 turbo2), TL_PPL_ARGS (e.g. -ub 1: every
 #            token a decode step), TL_PPL_TEXT (.devcarry/<name>.txt, default text), TL_PPL_CHUNKS (4)
 #   profile  ncu of one decode op per kernel (TL_NCU: TYPE:KV:KERNEL specs) with the stall reasons and pipe use; with
 #            TL_KTIME="f16 turbo3": every kernel of a few depth-0 decode steps timed and summed by name (ci/ktime.py)
@@ -115,7 +115,7 @@ if [[ " $PHASES " == *" test "* ]]; then
     [ "$rc" = 0 ] || FAILED=1
     : > "$OUT/tbo.log"
     # CPY turbo -> f16 is left out: the CPU reference (ggml-cpu dup) aborts on quantized -> f16
-    for spec in "SET_ROWS|turbo" "SUB_SET_ROWS|turbo" "CPY|type_dst=turbo|type_src=turbo[234],type_dst=f32" "GET_ROWS|turbo" \
+    for spec in "SET_ROWS|turbo" "SUB_SET_ROWS|turbo" "CPY|type_dst=turbo|type_src=turbo[234](_64)?,type_dst=f32" "GET_ROWS|turbo" \
                 "FLASH_ATTN_EXT|turbo" "ROPE_FLASH_ATTN|turbo" ${TL_TESTS_MORE:-}; do
         op=${spec%%|*}; filt=${spec#*|}
         echo "=== test-backend-ops -b CUDA0 -o $op -p '$filt'" >> "$OUT/tbo.log"
@@ -157,18 +157,15 @@ if [[ " $PHASES " == *" bench "* ]]; then
     fi
 fi
 
-GEMMA=$WORK/gemma.gguf
 GEMMA_SHA=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 GEMMA_BYTES=253113024
+GEMMA=${TLE_WORK:-/tmp/tle}/g.gguf
 if [[ " $PHASES " == *" eval "* ]]; then
-    # the 241 MiB GGUF travels in parts, one per call (64 MiB limit); assembled and sha-checked once all are here
-    mkdir -p "$WORK/parts"; for f in "$REPO"/.devcarry/m*/p*; do [ -f "$f" ] && cp "$f" "$WORK/parts/"; done
-    parts=$(ls "$WORK"/parts/p[1-9] 2>/dev/null | sort -V)
-    if [ ! -f "$GEMMA" ] && [ -n "$parts" ] && [ "$(cat $parts | wc -c)" = "$GEMMA_BYTES" ]; then
-        cat $parts > "$GEMMA.tmp"
-        if [ "$(sha256sum "$GEMMA.tmp" | cut -d' ' -f1)" = "$GEMMA_SHA" ]; then mv "$GEMMA.tmp" "$GEMMA"; log "gemma assembled, sha256 ok"; else log "gemma sha256 MISMATCH"; fi
-    fi
+    # the 241 MiB GGUF travels in parts g00..g04 (split -b 56m -d -a 2, any .devcarry/*/ folder; 64 MiB a call), joined
+    # and checked by ci/gpu-eval.sh once all are here
+    mkdir -p "${TLE_WORK:-/tmp/tle}/parts"; for f in "$REPO"/.devcarry/*/g[0-9][0-9]; do [ -f "$f" ] && cp "$f" "${TLE_WORK:-/tmp/tle}/parts/"; done
+    bash "$REPO/ci/gpu-eval.sh" assemble g "$GEMMA_BYTES" "$GEMMA_SHA" 2>&1 | while read -r l; do log "eval: $l"; done
     if [ ! -f "$GEMMA" ]; then
-        log "eval: Gemma parts here: $(ls "$WORK/parts" | tr '\n' ' ') (all six needed)"
+        log "eval: no Gemma GGUF yet (its parts g00..g04 come one call at a time)"
     else
         TXTN=${TL_PPL_TEXT:-text}; TXT=$REPO/.devcarry/$TXTN.txt; NCH=${TL_PPL_CHUNKS:-4}
         for t in ${TL_PPL_TYPES:-f16 q8_0 turbo3 turbo2}; do   # f16 first: the others' KLD base
