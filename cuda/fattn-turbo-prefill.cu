@@ -179,7 +179,7 @@ static __global__ void k_turbo_cell0_f16(const char * __restrict__ x, half * __r
     }
 }
 
-static void turbo_cell0_f16(cudaStream_t stream, const ggml_tensor * x, const ggml_tensor * t, half * out) {
+void ggml_cuda_turbo_cell0_f16(cudaStream_t stream, const ggml_tensor * x, const ggml_tensor * t, half * out) {
     GGML_ASSERT(x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[0] == t->ne[0] && x->ne[1] == t->ne[2] &&
         x->ne[2] == t->ne[3]);
     k_turbo_cell0_f16<<<dim3((unsigned) t->ne[2], (unsigned) t->ne[3]), QK_TURBO, 0, stream>>>((const char *) x->data, out,
@@ -187,7 +187,7 @@ static void turbo_cell0_f16(cudaStream_t stream, const ggml_tensor * x, const gg
 }
 
 // t as a contiguous tensor of `type` at data (no view)
-static ggml_tensor turbo_contiguous_like(const ggml_tensor * t, const ggml_type type, void * data) {
+ggml_tensor ggml_cuda_turbo_contiguous_like(const ggml_tensor * t, const ggml_type type, void * data) {
     ggml_tensor r = *t;
     r.type = type;
     r.data = data;
@@ -243,21 +243,21 @@ bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor 
         const int64_t nblk = ggml_nelements(Q)/QK_TURBO;
         k_turbo_rotate_rows<TURBO_ROT_NB><<<turbo_rot_grid(nblk, TURBO_ROT_NB), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
             (const char *) Q->data, q_rot.ptr, D, Q->ne[1], Q->ne[2], Q->nb[1], Q->nb[2], Q->nb[3], nblk);
-        Qr = turbo_contiguous_like(Q, GGML_TYPE_F32, q_rot.ptr);
+        Qr = ggml_cuda_turbo_contiguous_like(Q, GGML_TYPE_F32, q_rot.ptr);
         k_rot.alloc(ggml_nelements(K));
         turbo_decode_rotated(stream, K, k_rot.ptr);
         if (dst->src[5]) {
-            turbo_cell0_f16(stream, dst->src[5], K, k_rot.ptr);
+            ggml_cuda_turbo_cell0_f16(stream, dst->src[5], K, k_rot.ptr);
         }
-        Kr = turbo_contiguous_like(K, GGML_TYPE_F16, k_rot.ptr);
+        Kr = ggml_cuda_turbo_contiguous_like(K, GGML_TYPE_F16, k_rot.ptr);
     }
     if (V_turbo) {
         v_rot.alloc(ggml_nelements(V));
         turbo_decode_rotated(stream, V, v_rot.ptr);
         if (dst->src[6]) {
-            turbo_cell0_f16(stream, dst->src[6], V, v_rot.ptr);
+            ggml_cuda_turbo_cell0_f16(stream, dst->src[6], V, v_rot.ptr);
         }
-        Vr = turbo_contiguous_like(V, GGML_TYPE_F16, v_rot.ptr);
+        Vr = ggml_cuda_turbo_contiguous_like(V, GGML_TYPE_F16, v_rot.ptr);
     }
     CUDA_CHECK(cudaGetLastError());
 

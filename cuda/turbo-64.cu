@@ -682,36 +682,6 @@ static __global__ void k_turbo64_unrotate_rows(float * __restrict__ x, const int
     r[lane + 32] = v[1];
 }
 
-// cell 0's exact rows (ggml_flash_attn_ext_set_cell0; x: F32 [D, n_head_kv, ne3], rotated domain) over row 0 of every
-// head and stream of the decoded cache (contiguous f16 [D, n_kv, n_head_kv, ne3]), except rows whose first value is NaN
-static __global__ void k_turbo64_cell0_f16(const char * __restrict__ x, half * __restrict__ dst, const int D, const int64_t n_kv,
-        const size_t nb1, const size_t nb2) {
-    const int h = blockIdx.x, i3 = blockIdx.y;
-    const float * row = (const float *) (x + h*nb1 + i3*nb2);
-    if ((__float_as_uint(row[0]) & 0x7fffffffu) > 0x7f800000u) {   // NaN (a bit test: ggml-cuda builds with fast math)
-        return;
-    }
-    half * out = dst + ((int64_t) i3*gridDim.x + h)*n_kv*D;
-    for (int d = threadIdx.x; d < D; d += blockDim.x) {
-        out[d] = __float2half(row[d]);
-    }
-}
-
-// t as a contiguous tensor of `type` at data
-static ggml_tensor turbo64_contiguous_like(const ggml_tensor * t, const ggml_type type, void * data) {
-    ggml_tensor r = *t;
-    r.type = type;
-    r.data = data;
-    r.view_src = nullptr;
-    r.view_offs = 0;
-    r.buffer = nullptr;
-    r.nb[0] = ggml_type_size(type);
-    for (int i = 1; i < GGML_MAX_DIMS; ++i) {
-        r.nb[i] = r.nb[i - 1]*r.ne[i - 1];
-    }
-    return r;
-}
-
 // the K or V side as upstream's kernel gets it: _64 decoded rotated (cell 0's rows over row 0), q8_0 (or another type
 // with a to_fp16 conversion) converted, f16 as it is
 static ggml_tensor turbo64_side_f16(cudaStream_t stream, const ggml_tensor * t, const ggml_tensor * cell0,
@@ -729,10 +699,7 @@ static ggml_tensor turbo64_side_f16(cudaStream_t stream, const ggml_tensor * t, 
                                      turbo64_dequant_nc_cuda<half, 2, true>;
         dec(t->data, buf.ptr, t->ne[0], t->ne[1], t->ne[2], t->ne[3], s01, s02, s03, stream);
         if (cell0) {
-            GGML_ASSERT(cell0->type == GGML_TYPE_F32 && cell0->nb[0] == sizeof(float) && cell0->ne[0] == t->ne[0] &&
-                cell0->ne[1] == t->ne[2] && cell0->ne[2] == t->ne[3]);
-            k_turbo64_cell0_f16<<<dim3((unsigned) t->ne[2], (unsigned) t->ne[3]), 64, 0, stream>>>((const char *) cell0->data,
-                buf.ptr, (int) t->ne[0], t->ne[1], cell0->nb[1], cell0->nb[2]);
+            ggml_cuda_turbo_cell0_f16(stream, cell0, t, buf.ptr);   // fattn-turbo-prefill.cu's, shared
         }
     } else {
         const to_fp16_nc_cuda_t conv = ggml_get_to_fp16_nc_cuda(t->type);
@@ -740,7 +707,7 @@ static ggml_tensor turbo64_side_f16(cudaStream_t stream, const ggml_tensor * t, 
         conv(t->data, buf.ptr, t->ne[0], t->ne[1], t->ne[2], t->ne[3], s01, s02, s03, stream);
     }
     CUDA_CHECK(cudaGetLastError());
-    return turbo64_contiguous_like(t, GGML_TYPE_F16, buf.ptr);
+    return ggml_cuda_turbo_contiguous_like(t, GGML_TYPE_F16, buf.ptr);
 }
 
 static bool turbo64_fattn_side_ok(const ggml_tensor * t) {
@@ -763,8 +730,8 @@ bool ggml_cuda_turbo64_fattn_supported(const ggml_tensor * dst) {
         return false;
     }
     // upstream's f16 kernels must take the op as it will be run: f16 K/V of the same shapes, no cell-0 rows
-    ggml_tensor Kf = turbo64_contiguous_like(K, GGML_TYPE_F16, K->data);
-    ggml_tensor Vf = turbo64_contiguous_like(V, GGML_TYPE_F16, V->data);
+    ggml_tensor Kf = ggml_cuda_turbo_contiguous_like(K, GGML_TYPE_F16, K->data);
+    ggml_tensor Vf = ggml_cuda_turbo_contiguous_like(V, GGML_TYPE_F16, V->data);
     ggml_tensor d = *dst;
     d.src[1] = &Kf;
     d.src[2] = &Vf;
@@ -793,7 +760,7 @@ void ggml_cuda_turbo64_fattn(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
         k_turbo64_rotate_rows<<<turbo64_grid(nblk), block, 0, stream>>>((const char *) Q->data, q_rot.ptr, Q->ne[0], Q->ne[1],
             Q->ne[2], Q->nb[1], Q->nb[2], Q->nb[3], nblk);
         CUDA_CHECK(cudaGetLastError());
-        Qr = turbo64_contiguous_like(Q, GGML_TYPE_F32, q_rot.ptr);
+        Qr = ggml_cuda_turbo_contiguous_like(Q, GGML_TYPE_F32, q_rot.ptr);
     }
     ggml_tensor Kr = turbo64_side_f16(stream, K, K64 ? dst->src[5] : nullptr, k_f16);
     ggml_tensor Vr = turbo64_side_f16(stream, V, V64 ? dst->src[6] : nullptr, v_f16);

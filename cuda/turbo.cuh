@@ -72,6 +72,10 @@ to_fp16_nc_cuda_t ggml_cuda_turbo64_get_to_fp16_nc(ggml_type type);
 to_fp32_nc_cuda_t ggml_cuda_turbo64_get_to_fp32_nc(ggml_type type);
 bool ggml_cuda_turbo64_fattn_supported(const ggml_tensor * dst);
 void ggml_cuda_turbo64_fattn(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
+// shared by the prefill and the 64-value attention (fattn-turbo-prefill.cu): cell 0's exact rows x (F32 [D, n_head_kv,
+// ne3]; NaN rows skipped) over row 0 of each head of a decoded f16 cache shaped like t, and t as a contiguous tensor
+void ggml_cuda_turbo_cell0_f16(cudaStream_t stream, const ggml_tensor * x, const ggml_tensor * t, half * out);
+ggml_tensor ggml_cuda_turbo_contiguous_like(const ggml_tensor * t, ggml_type type, void * data);
 // prefill (larger batches) with turbo K and/or V through upstream's f16 kernels in the rotated domain;
 // false when it does not apply (then the generic path converts the cache to f16)
 bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
