@@ -5,3 +5,6 @@
 template void ggml_cuda_turbo_fattn_launch<GGML_TYPE_TURBO2>(cudaStream_t, int, ggml_type, int, const turbo_fa_params &, dim3);
 template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2>(cudaStream_t, int, ggml_type, turbo_mma_loop, const turbo_fa_params &, dim3);
 template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(int, ggml_type, turbo_mma_loop);
+// the 64-value form (head_dim 64 models): the tensor-core kernel at D = 64 with a 64-value turbo V
+template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2_64>(cudaStream_t, int, ggml_type, turbo_mma_loop, const turbo_fa_params &, dim3);
+template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2_64>(int, ggml_type, turbo_mma_loop);

@@ -14,6 +14,8 @@
 // two high bits) -> half2 of two centroids; turbo4: a byte of two nibble codes -> half2, a 256-entry table
 // (turbo_mma_pick4). The per-block norms scale S (K) and P (V) in f32/f16.
 // Scores are kept in base 2 (q carries log2 e), the partial maxima are handed back in base e.
+// The 64-value types (head_dim 64 models) run the same loop at D = 64 with 64-value blocks (QKB): a 64-point FWHT of
+// q, a lane's 16 K dims / 8 V dims per block, 4 mma chunks per block instead of 8, the d = 64 codebooks' pair tables.
 #pragma once
 
 #include "fattn-turbo.cuh"
@@ -71,14 +73,16 @@ static __device__ __forceinline__ uint32_t turbo_h2_bits(const float a, const fl
 
 // pair table entry i: (centroid of code 1, centroid of code 2), i = lo1 | lo2 << 2 | hi1 << 4 | hi2 << 5
 // turbo4 (256 entries): entry i = (centroid of nibble i & 15, centroid of nibble i >> 4): a qs byte is its own index
-template <int bits> static __device__ __forceinline__ uint32_t turbo_mma_pair(const int i) {
+// (QKB: the block size, whose codebook it is)
+template <int bits, int QKB> static __device__ __forceinline__ uint32_t turbo_mma_pair(const int i) {
     if (bits == 4) {
-        return turbo_h2_bits(turbo_d_c4[i & 15], turbo_d_c4[(i >> 4) & 15]);
+        return turbo_h2_bits(turbo_centroid_qk<QKB>(4, i & 15), turbo_centroid_qk<QKB>(4, (i >> 4) & 15));
     }
     if (bits == 3) {
-        return turbo_h2_bits(turbo_d_c3[(i & 3) | ((i >> 4) & 1) << 2], turbo_d_c3[((i >> 2) & 3) | ((i >> 5) & 1) << 2]);
+        return turbo_h2_bits(turbo_centroid_qk<QKB>(3, (i & 3) | ((i >> 4) & 1) << 2),
+                             turbo_centroid_qk<QKB>(3, ((i >> 2) & 3) | ((i >> 5) & 1) << 2));
     }
-    return turbo_h2_bits(turbo_d_c2[i & 3], turbo_d_c2[(i >> 2) & 3]);
+    return turbo_h2_bits(turbo_centroid_qk<QKB>(2, i & 3), turbo_centroid_qk<QKB>(2, (i >> 2) & 3));
 }
 
 // ---- staging: each warp copies its tile's bytes with 16-byte cp.async (L2 only) into a per-warp ring of
@@ -111,9 +115,11 @@ struct turbo_mma_stage_cfg {
     static_assert(TPS == 1 || NB == 1, "v14 is compiled for D = 128 only (shared memory)");
 };
 
-// the bytes of one 128-block of a K or V row: turbo3, turbo2, q8_0 (4 blocks of 32), f16
+// the bytes of one block of a K or V row: turbo3, turbo2, turbo4 (128 values), their 64-value forms, q8_0 (128 values:
+// 4 blocks of 32), f16 (128 values)
 template <ggml_type type> struct turbo_mma_block_bytes {
     static constexpr int value = type == GGML_TYPE_TURBO3 ? 50 : type == GGML_TYPE_TURBO2 ? 34 : type == GGML_TYPE_TURBO4 ? 66 :
+                                 type == GGML_TYPE_TURBO3_64 ? 26 : type == GGML_TYPE_TURBO2_64 ? 18 : type == GGML_TYPE_TURBO4_64 ? 34 :
                                  type == GGML_TYPE_Q8_0 ? 136 : 256;
 };
 
@@ -226,6 +232,11 @@ static __device__ __forceinline__ void turbo_sh_words(const uint32_t * row, cons
     }
 }
 
+// a byte of a staged row (the 64-value turbo3 V's high bits)
+static __device__ __forceinline__ uint32_t turbo_sh_u8(const uint32_t * row, const int off) {
+    return (row[off >> 2] >> ((off & 3)*8)) & 0xFFu;
+}
+
 // a 32-bit value at an even byte offset of a staged row
 static __device__ __forceinline__ uint32_t turbo_sh_u32(const uint32_t * row, const int off) {
     const uint32_t a = row[off >> 2];
@@ -269,20 +280,29 @@ template <int LOOP> struct turbo_mma_loop_traits {
 };
 
 template <int D, ggml_type type_K, ggml_type type_V, int LOOP>
-__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, ggml_cuda_type_is_turbo(type_K) ? turbo_mma_loop_traits<LOOP>::MIN_BLOCKS : 3)
+__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, ggml_cuda_type_is_turbo(type_K) || ggml_cuda_type_is_turbo64(type_K) ?
+    turbo_mma_loop_traits<LOOP>::MIN_BLOCKS : 3)
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #ifndef AMPERE_MMA_AVAILABLE
     GGML_UNUSED(p);
     NO_DEVICE_CODE;
 #else
-    constexpr int NB = D / QK_TURBO;
+    // QKB: the values of one turbo block (128; 64 for the 64-value types of head_dim 64 models, K and V both). A lane
+    // takes QKB/4 dims of each K block (the scores' k) and QKB/8 dims of each V block (the output's m): CPB mma
+    // chunks of 16 dims per block in either product
+    constexpr int QKB = ggml_cuda_type_is_turbo64(type_V) ? QK_TURBO_64 : QK_TURBO;
+    constexpr int CPB = QKB/16;
+    constexpr int QV  = QKB/WARP_SIZE;   // q values per lane and block in the prologue
+    constexpr float ISQ = QKB == QK_TURBO_64 ? TURBO64_INV_SQRT : TURBO_CUDA_INV_SQRT_QK;   // the FWHT's normalisation
+    constexpr int NB = D / QKB;
     constexpr int NW = TURBO_MMA_WARPS;
     constexpr int NR = TURBO_MMA_ROWS;
     constexpr int KBITS = turbo_fa_stage<type_K>::bits, VBITS = turbo_fa_stage<type_V>::bits;
     // K: turbo, or q8_0 / f16 (the products take K's values as f16; q is not rotated for them, V's output still is)
-    constexpr bool K_TURBO = ggml_cuda_type_is_turbo(type_K);
+    constexpr bool K_TURBO = ggml_cuda_type_is_turbo(type_K) || ggml_cuda_type_is_turbo64(type_K);
     constexpr bool K_F16   = type_K == GGML_TYPE_F16;
-    static_assert(K_TURBO || (D == 128 && LOOP == TURBO_MMA_ONE_TILE), "q8_0 and f16 K: D = 128, one tile per step");
+    static_assert(K_TURBO || (D == 128 && QKB == QK_TURBO && LOOP == TURBO_MMA_ONE_TILE), "q8_0 and f16 K: D = 128, one tile per step");
+    static_assert(!K_TURBO || ggml_cuda_type_is_turbo64(type_K) == (QKB == QK_TURBO_64), "K and V turbo blocks of one size");
     constexpr int KBS = turbo_mma_block_bytes<type_K>::value, VBS = turbo_mma_block_bytes<type_V>::value;
     constexpr int QS = D + 4;
     constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
@@ -295,8 +315,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // spilled), and half the chain
     typedef turbo_mma_loop_traits<LOOP> lt;
     constexpr bool PAIR = lt::PAIR;
-    static_assert(!PAIR || NB == 2, "v21 is compiled for D = 256 only");
-    constexpr int NBL = PAIR ? 1 : NB;                                // 128-blocks of a row in each warp's loop
+    static_assert(!PAIR || (NB == 2 && QKB == QK_TURBO), "v21 is compiled for D = 256 only");
+    constexpr int NBL = PAIR ? 1 : NB;                                // blocks of a row in each warp's loop
     constexpr int NL  = PAIR ? NW/2 : NW;                             // warps (pairs) that walk tiles
     typedef turbo_mma_stage_cfg<NBL, KBS, VBS, lt::TPS, K_F16> cfg;
     constexpr int TPS = cfg::TPS;
@@ -330,19 +350,19 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 
     if (tid < 64) {
         if (K_TURBO && KBITS != 4) {
-            pairK[tid] = turbo_mma_pair<KBITS>(tid);
+            pairK[tid] = turbo_mma_pair<KBITS, QKB>(tid);
         }
         if (VBITS != 4) {
-            pairV[tid] = turbo_mma_pair<VBITS>(tid);
+            pairV[tid] = turbo_mma_pair<VBITS, QKB>(tid);
         }
     }
 #pragma unroll
     for (int i = tid; i < 256; i += NW*WARP_SIZE) {
         if (KBITS == 4) {
-            pairK[i] = turbo_mma_pair<4>(i);
+            pairK[i] = turbo_mma_pair<4, QKB>(i);
         }
         if (VBITS == 4) {
-            pairV[i] = turbo_mma_pair<4>(i);
+            pairV[i] = turbo_mma_pair<4, QKB>(i);
         }
     }
     const uint32_t pairK_sh = (uint32_t) __cvta_generic_to_shared(pairK);
@@ -384,12 +404,12 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
     }
 
-    // q rows, scaled (softmax scale and log2 e), signs applied, then the FWHT of each 128-block: one warp per
-    // 128-block of a row, in registers (the same butterflies and float operations as the C code)
+    // q rows, scaled (softmax scale and log2 e), signs applied, then the FWHT of each QKB-block: one warp per
+    // block of a row, in registers (the same butterflies and float operations as the C code)
     // v9b: all of a warp's q loads are issued before the first FWHT (one global latency, not NR*NB/NW)
     const float qscale = p.scale*LOG2E;
     constexpr int QT = NR*NB/NW;   // q blocks per warp
-    float qv[QT][4];
+    float qv[QT][QV];
 #pragma unroll
     for (int i = 0; i < QT; ++i) {
         const int task = warp + i*NW;
@@ -397,17 +417,20 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         const int rho = rg*NR + r;
         const bool ok = rho < R;   // warp-uniform
         const int j = ok ? rho / p.gqa : 0, h = hk*p.gqa + (ok ? rho % p.gqa : 0);
-        const float * qrow = (const float *) (p.Q + iq3*p.nb03 + h*p.nb02 + j*p.nb01) + blk*QK_TURBO;
+        const float * qrow = (const float *) (p.Q + iq3*p.nb03 + h*p.nb02 + j*p.nb01) + blk*QKB;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
+        for (int k = 0; k < QV; ++k) {
             qv[i][k] = ok ? qrow[lane + 32*k] : 0.0f;
         }
     }
     // Q's RoPE deferred into this kernel (patch 0021): q comes from the ROPE's input. rope_once (one token, NB = 1):
     // every row has the same position, so the lane's cos and sin are computed once, while the q loads are in flight
+    // (128-value blocks only: the RoPE is not fused for the 64-value types, whose p.rope is empty)
     float rc[4], rs[4];
-    if (NB == 1 && p.rope_once) {
-        turbo_rope_block_cs(p.rope, 0, p.rope.pos[0], lane, rc, rs);
+    if constexpr (QKB == QK_TURBO) {
+        if (NB == 1 && p.rope_once) {
+            turbo_rope_block_cs(p.rope, 0, p.rope.pos[0], lane, rc, rs);
+        }
     }
 #pragma unroll
     for (int i = 0; i < QT; ++i) {
@@ -416,27 +439,33 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         const int rho = rg*NR + r;
         // a pad row (a GQA group of 4 fills half of the 8) is zeros, loaded as such: no RoPE, no FWHT (warp-uniform)
         if (rho < R) {
-            if (NB == 1 && p.rope_once) {
-                turbo_rope_apply(p.rope, qv[i], 0, rc, rs, lane);
-            } else if (p.rope.pos) {
-                turbo_rope_block(p.rope, qv[i], blk*QK_TURBO, p.rope.pos[rho / p.gqa], lane);
+            if constexpr (QKB == QK_TURBO) {
+                if (NB == 1 && p.rope_once) {
+                    turbo_rope_apply(p.rope, qv[i], 0, rc, rs, lane);
+                } else if (p.rope.pos) {
+                    turbo_rope_block(p.rope, qv[i], blk*QK_TURBO, p.rope.pos[rho / p.gqa], lane);
+                }
             }
             if (K_TURBO) {
 #pragma unroll
-                for (int k = 0; k < 4; ++k) {
+                for (int k = 0; k < QV; ++k) {
                     qv[i][k] *= turbo_sign_neg(lane + 32*k) ? -qscale : qscale;
                 }
-                turbo_warp_fwht(qv[i], lane);
+                if constexpr (QKB == QK_TURBO_64) {
+                    turbo64_warp_fwht(qv[i], lane);
+                } else {
+                    turbo_warp_fwht(qv[i], lane);
+                }
             } else {
 #pragma unroll
-                for (int k = 0; k < 4; ++k) {
+                for (int k = 0; k < QV; ++k) {
                     qv[i][k] *= qscale;
                 }
             }
         }
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            q_sh[r*QS + blk*QK_TURBO + lane + 32*k] = qv[i][k];
+        for (int k = 0; k < QV; ++k) {
+            q_sh[r*QS + blk*QKB + lane + 32*k] = qv[i][k];
         }
     }
     __syncthreads();
@@ -444,18 +473,18 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // stays as it was: the same work in the last split's block, after its walk or before it, changed the registers of
     // the turbo2 and turbo4 loops; after it, run H17, their ops at 32K took 1.2-1.4 us more, with or without cell 0)
     if (p.c0.on && split == (int) gridDim.x - 1) {
-        constexpr float QF0 = (K_TURBO ? TURBO_CUDA_INV_SQRT_QK : 1.0f)*LN2;
+        constexpr float QF0 = (K_TURBO ? ISQ : 1.0f)*LN2;
         turbo_fa_cell0_block<D, type_K, type_V, NR, NW*WARP_SIZE>(p, hk, rg, iq3,
             [&](const int r, const int d) { return q_sh[r*QS + d]*QF0; });
         return;
     }
-    // B fragments of Q^T: chunk c = 8*blk + cc holds dims 128 blk + 32t + 4cc + {0,1} (b0), {2,3} (b1) of row g
+    // B fragments of Q^T: chunk c = CPB*blk + cc holds dims QKB blk + (QKB/4)t + 4cc + {0,1} (b0), {2,3} (b1) of row g
     // (v21: the chunks of the warp's block bw only)
-    uint32_t qb[NBL*8][2];
+    uint32_t qb[NBL*CPB][2];
 #pragma unroll
-    for (int c = 0; c < NBL*8; ++c) {
-        const float * qr = q_sh + g*QS + (PAIR ? bw : c >> 3)*QK_TURBO + 32*t + 4*(c & 7);
-        constexpr float QF = K_TURBO ? TURBO_CUDA_INV_SQRT_QK : 1.0f;   // the FWHT's normalisation (turbo K)
+    for (int c = 0; c < NBL*CPB; ++c) {
+        const float * qr = q_sh + g*QS + (PAIR ? bw : c / CPB)*QKB + (QKB/4)*t + 4*(c % CPB);
+        constexpr float QF = K_TURBO ? ISQ : 1.0f;   // the FWHT's normalisation (turbo K)
         qb[c][0] = turbo_h2_bits(qr[0]*QF, qr[1]*QF);
         qb[c][1] = turbo_h2_bits(qr[2]*QF, qr[3]*QF);
     }
@@ -475,9 +504,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     const float cap  = p.logit_softcap*LOG2E;
     const float icap = p.logit_softcap != 0.0f ? 1.0f/cap : 0.0f;
 
-    float o[NBL*8][4];
+    float o[NBL*CPB][4];
 #pragma unroll
-    for (int j = 0; j < NBL*8; ++j) {
+    for (int j = 0; j < NBL*CPB; ++j) {
         o[j][0] = o[j][1] = o[j][2] = o[j][3] = 0.0f;
     }
     float M[2] = {-INFINITY, -INFINITY}, L[2] = {0.0f, 0.0f};
@@ -581,30 +610,34 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
                 if constexpr (KBITS == 4) {
                     // turbo4: the lane's dims 32t .. 32t + 31 are qs bytes 16t .. 16t + 15, one byte per pair of dims:
-                    // chunk cc's pairs 2cc, 2cc + 1 are bytes 2(cc & 1), 2(cc & 1) + 1 of word cc/2
-                    uint32_t kw[2][4];
+                    // chunk cc's pairs 2cc, 2cc + 1 are bytes 2(cc & 1), 2(cc & 1) + 1 of word cc/2 (QKB = 64: dims
+                    // 16t .. 16t + 15, bytes 8t .. 8t + 7)
+                    uint32_t kw[2][QKB/32];
 #pragma unroll
                     for (int i = 0; i < 2; ++i) {
-                        turbo_sh_words<4>(kst + (g + 8*i)*cfg::KW, ksh[i] + b*KBS + 2 + 16*t, kw[i]);
+                        turbo_sh_words<QKB/32>(kst + (g + 8*i)*cfg::KW, ksh[i] + b*KBS + 2 + (QKB/8)*t, kw[i]);
                     }
 #pragma unroll
-                    for (int cc = 0; cc < 8; ++cc) {
+                    for (int cc = 0; cc < CPB; ++cc) {
                         const int n = 2*(cc & 1);
                         uint32_t a[4];
                         a[0] = turbo_mma_pick4(pairK_sh, kw[0][cc >> 1], n);
                         a[1] = turbo_mma_pick4(pairK_sh, kw[1][cc >> 1], n);
                         a[2] = turbo_mma_pick4(pairK_sh, kw[0][cc >> 1], n + 1);
                         a[3] = turbo_mma_pick4(pairK_sh, kw[1][cc >> 1], n + 1);
-                        turbo_mma_16816<TPS == 1>(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
+                        turbo_mma_16816<TPS == 1>(sb, a, qb[CPB*b + cc][0], qb[CPB*b + cc][1]);
                     }
                 } else {
+                    // the lane's QKB/4 dims: codes at low-plane bytes (QKB/16)t.., high bits at (QKB/32)t.. of the high
+                    // plane (after the QKB/4 low-plane bytes); QKB = 64: one low word (lo0), 16 high bits
                     uint32_t lo0[2], lo1[2], hi[2];
 #pragma unroll
                     for (int i = 0; i < 2; ++i) {
                         const uint32_t * kr = kst + (g + 8*i)*cfg::KW;
-                        lo0[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 2 + 8*t);
-                        lo1[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 6 + 8*t);
-                        hi[i]  = KBITS == 3 ? turbo_sh_u32(kr, ksh[i] + b*KBS + 34 + 4*t) : 0u;
+                        lo0[i] = turbo_sh_u32(kr, ksh[i] + b*KBS + 2 + (QKB/16)*t);
+                        lo1[i] = QKB == QK_TURBO ? turbo_sh_u32(kr, ksh[i] + b*KBS + 6 + 8*t) : 0u;
+                        const int hoff = ksh[i] + b*KBS + 2 + QKB/4 + (QKB/32)*t;
+                        hi[i]  = KBITS != 3 ? 0u : QKB == QK_TURBO ? turbo_sh_u32(kr, hoff) : turbo_sh_u16(kr, hoff);
                     }
                     // per key: index words of pairs 0,2,4,6 | 1,3,5,7 (lo0) and 8,10,12,14 | 9,11,13,15 (lo1)
                     uint32_t ix[2][4];
@@ -616,14 +649,14 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                         ix[i][3] = turbo_mma_idx4<KBITS, 1>(lo1[i], hi[i], 0x3322);
                     }
 #pragma unroll
-                    for (int cc = 0; cc < 8; ++cc) {
+                    for (int cc = 0; cc < CPB; ++cc) {
                         const int w = (cc >> 2)*2, n = 2*(cc & 3);   // pair 2cc is nibble n of lo0/lo1
                         uint32_t a[4];
                         a[0] = turbo_mma_pick(pairK_sh, ix[0][w],     n);
                         a[1] = turbo_mma_pick(pairK_sh, ix[1][w],     n);
                         a[2] = turbo_mma_pick(pairK_sh, ix[0][w + 1], n + 1);
                         a[3] = turbo_mma_pick(pairK_sh, ix[1][w + 1], n + 1);
-                        turbo_mma_16816<TPS == 1>(sb, a, qb[8*b + cc][0], qb[8*b + cc][1]);
+                        turbo_mma_16816<TPS == 1>(sb, a, qb[CPB*b + cc][0], qb[CPB*b + cc][1]);
                     }
                 }
                 const float n0 = __half2float(__ushort_as_half((uint16_t) turbo_sh_u16(kst + g*cfg::KW, ksh[0] + b*KBS)));
@@ -674,38 +707,47 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 // turbo4: the lane's dims 16g .. 16g + 15 are qs bytes 8g .. 8g + 7 of each of its keys. ev / od [keys 2t,
                 // 2t+1 | 2t+8, 2t+9][word]: byte m of word w = the two keys' codes (first key in the low nibble, the pair
                 // table's index) at dim 16g + 8w + 2m (ev) or + 1 (od), i.e. fragment register 0/2 (ev) or 1/3 (od) of
-                // pair jj = 4w + m
-                uint32_t ev[2][2], od[2][2];
+                // pair jj = 4w + m (QKB = 64: dims 8g .. 8g + 7, bytes 4g .. 4g + 3, one word)
+                constexpr int NVW = QKB/64;
+                uint32_t ev[2][NVW], od[2][NVW];
 #pragma unroll
                 for (int kp = 0; kp < 2; ++kp) {
-                    uint32_t wa[2], wb[2];
-                    turbo_sh_words<2>(vst + (2*t + 8*kp)*cfg::VW, vsh4[2*kp] + b*VBS + 2 + 8*g, wa);
-                    turbo_sh_words<2>(vst + (2*t + 1 + 8*kp)*cfg::VW, vsh4[2*kp + 1] + b*VBS + 2 + 8*g, wb);
+                    uint32_t wa[NVW], wb[NVW];
+                    turbo_sh_words<NVW>(vst + (2*t + 8*kp)*cfg::VW, vsh4[2*kp] + b*VBS + 2 + (QKB/16)*g, wa);
+                    turbo_sh_words<NVW>(vst + (2*t + 1 + 8*kp)*cfg::VW, vsh4[2*kp + 1] + b*VBS + 2 + (QKB/16)*g, wb);
 #pragma unroll
-                    for (int w = 0; w < 2; ++w) {
+                    for (int w = 0; w < NVW; ++w) {
                         ev[kp][w] = (wa[w] & 0x0F0F0F0Fu) | ((wb[w] & 0x0F0F0F0Fu) << 4);
                         od[kp][w] = ((wa[w] >> 4) & 0x0F0F0F0Fu) | (wb[w] & 0xF0F0F0F0u);
                     }
                 }
 #pragma unroll
-                for (int jj = 0; jj < 8; ++jj) {
+                for (int jj = 0; jj < CPB; ++jj) {
                     const int w = jj >> 2, m = jj & 3;
                     uint32_t a[4];
                     a[0] = turbo_mma_pick4(pairV_sh, ev[0][w], m);
                     a[1] = turbo_mma_pick4(pairV_sh, od[0][w], m);
                     a[2] = turbo_mma_pick4(pairV_sh, ev[1][w], m);
                     a[3] = turbo_mma_pick4(pairV_sh, od[1][w], m);
-                    turbo_mma_16816<TPS == 1>(o[8*b + jj], a, pb0, pb1);
+                    turbo_mma_16816<TPS == 1>(o[CPB*b + jj], a, pb0, pb1);
                 }
             } else {
+                // the lane's QKB/8 dims of a key: codes at low-plane bytes (QKB/32)g.., high bits at byte (QKB/64)g..
+                // of the high plane (QKB = 64: 16 bits of codes, 8 high bits; the make() below uses their low halves)
                 turbo_mma_vpair v01, v89;
                 {
                     uint32_t w[4], h[4];
 #pragma unroll
                     for (int i = 0; i < 4; ++i) {
                         const uint32_t * vr = vst + (2*t + (i & 1) + 8*(i >> 1))*cfg::VW;
-                        w[i] = turbo_sh_u32(vr, vsh4[i] + b*VBS + 2 + 4*g);
-                        h[i] = VBITS == 3 ? turbo_sh_u16(vr, vsh4[i] + b*VBS + 34 + 2*g) : 0u;
+                        const int off = vsh4[i] + b*VBS + 2;
+                        if constexpr (QKB == QK_TURBO) {
+                            w[i] = turbo_sh_u32(vr, off + 4*g);
+                            h[i] = VBITS == 3 ? turbo_sh_u16(vr, off + 32 + 2*g) : 0u;
+                        } else {
+                            w[i] = turbo_sh_u16(vr, off + 2*g);
+                            h[i] = VBITS == 3 ? turbo_sh_u8(vr, off + 16 + g) : 0u;
+                        }
                     }
                     v01.make(w[0], w[1], h[0], h[1]);
                     v89.make(w[2], w[3], h[2], h[3]);
@@ -719,13 +761,13 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 vx[2][0] = turbo_mma_idx4<VBITS, 0>(v89.lo_e, v89.hi_e, 0x1100); vx[2][1] = turbo_mma_idx4<VBITS, 1>(v89.lo_e, v89.hi_e, 0x1100);
                 vx[3][0] = turbo_mma_idx4<VBITS, 0>(v89.lo_o, v89.hi_o, 0x1100); vx[3][1] = turbo_mma_idx4<VBITS, 1>(v89.lo_o, v89.hi_o, 0x1100);
 #pragma unroll
-                for (int jj = 0; jj < 8; ++jj) {
+                for (int jj = 0; jj < CPB; ++jj) {
                     uint32_t a[4];
 #pragma unroll
                     for (int r = 0; r < 4; ++r) {
                         a[r] = turbo_mma_pick(pairV_sh, vx[r][jj & 1], jj);
                     }
-                    turbo_mma_16816<TPS == 1>(o[8*b + jj], a, pb0, pb1);
+                    turbo_mma_16816<TPS == 1>(o[CPB*b + jj], a, pb0, pb1);
                 }
             }
         }
@@ -801,7 +843,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
         if (alpha[0] != 1.0f || alpha[1] != 1.0f) {
 #pragma unroll
-            for (int j = 0; j < NBL*8; ++j) {
+            for (int j = 0; j < NBL*CPB; ++j) {
                 o[j][0] *= alpha[0]; o[j][1] *= alpha[1];
                 o[j][2] *= alpha[0]; o[j][3] *= alpha[1];
             }
@@ -829,8 +871,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
     }
 #pragma unroll
-    for (int j = 0; j < NBL*8; ++j) {
-        const int d = (PAIR ? bw : j >> 3)*QK_TURBO + 16*g + 2*(j & 7);
+    for (int j = 0; j < NBL*CPB; ++j) {
+        const int d = (PAIR ? bw : j / CPB)*QKB + (QKB/8)*g + 2*(j % CPB);
         float * ob = Os + (pair*NR + 2*t)*D;
         ob[d]         = o[j][0];   // dim d,   row 2t
         ob[D + d]     = o[j][1];   // dim d,   row 2t+1
@@ -881,6 +923,11 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 // with an f16 K (two stages of 256-byte rows) its 1 KB pair table does not fit in the 48 KB of static shared memory
 #define TURBO_MMA_FOR_EACH_K_PLAIN(X) X(128, GGML_TYPE_TURBO3, TURBO_MMA_ONE_TILE) X(128, GGML_TYPE_TURBO2, TURBO_MMA_ONE_TILE)
 #define TURBO_MMA_FOR_EACH_K_Q8_0(X) X(128, GGML_TYPE_TURBO4, TURBO_MMA_ONE_TILE)
+// the 64-value types (instances beside their 128-value forms' in fattn-turbo-kturbo*.cu): D = 64, every pair of them,
+// one tile per step
+#define TURBO_MMA_FOR_EACH_64(X) \
+    X(64, GGML_TYPE_TURBO3_64, TURBO_MMA_ONE_TILE) X(64, GGML_TYPE_TURBO2_64, TURBO_MMA_ONE_TILE) \
+    X(64, GGML_TYPE_TURBO4_64, TURBO_MMA_ONE_TILE)
 
 template <ggml_type type_K>
 void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const ggml_type type_V, const turbo_mma_loop loop,
@@ -890,7 +937,9 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
         ggml_cuda_turbo_launch(k_turbo_fattn_mma<DD, type_K, TYPE_V, LL>, grid, dim3(TURBO_MMA_WARPS*WARP_SIZE), stream, p); \
         return;                                                                                                         \
     }
-    if constexpr (ggml_cuda_type_is_turbo(type_K)) {
+    if constexpr (ggml_cuda_type_is_turbo64(type_K)) {
+        TURBO_MMA_FOR_EACH_64(TURBO_MMA_CASE)
+    } else if constexpr (ggml_cuda_type_is_turbo(type_K)) {
         TURBO_MMA_FOR_EACH(TURBO_MMA_CASE)
     } else {
         TURBO_MMA_FOR_EACH_K_PLAIN(TURBO_MMA_CASE)
@@ -911,12 +960,17 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at one whole wave)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const turbo_mma_loop loop) {
-    static int cache[2][3][4] = {};   // [D == 256][V turbo3, turbo2, turbo4][loop]
-    int & n = cache[D == 256][type_V == GGML_TYPE_TURBO2 ? 1 : type_V == GGML_TYPE_TURBO4 ? 2 : 0][loop];
+    // [D 64, 128, 256][V turbo3, turbo2, turbo4, turbo3_64, turbo2_64, turbo4_64][loop]
+    static int cache[3][6][4] = {};
+    const int iv = type_V == GGML_TYPE_TURBO2 ? 1 : type_V == GGML_TYPE_TURBO4 ? 2 : type_V == GGML_TYPE_TURBO3_64 ? 3 :
+                   type_V == GGML_TYPE_TURBO2_64 ? 4 : type_V == GGML_TYPE_TURBO4_64 ? 5 : 0;
+    int & n = cache[D == 64 ? 0 : D == 128 ? 1 : 2][iv][loop];
     if (n == 0) {
         const void * fn = nullptr;
 #define TURBO_MMA_FN(DD, TYPE_V, LL) if (D == DD && type_V == TYPE_V && loop == LL) fn = (const void *) k_turbo_fattn_mma<DD, type_K, TYPE_V, LL>;
-        if constexpr (ggml_cuda_type_is_turbo(type_K)) {
+        if constexpr (ggml_cuda_type_is_turbo64(type_K)) {
+            TURBO_MMA_FOR_EACH_64(TURBO_MMA_FN)
+        } else if constexpr (ggml_cuda_type_is_turbo(type_K)) {
             TURBO_MMA_FOR_EACH(TURBO_MMA_FN)
         } else {
             TURBO_MMA_FOR_EACH_K_PLAIN(TURBO_MMA_FN)
@@ -948,3 +1002,9 @@ extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_Q8_0>(cudaStream
 extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_F16>(cudaStream_t, int, ggml_type, turbo_mma_loop, const turbo_fa_params &, dim3);
 extern template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_Q8_0>(int, ggml_type, turbo_mma_loop);
 extern template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_F16>(int, ggml_type, turbo_mma_loop);
+extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3_64>(cudaStream_t, int, ggml_type, turbo_mma_loop, const turbo_fa_params &, dim3);
+extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2_64>(cudaStream_t, int, ggml_type, turbo_mma_loop, const turbo_fa_params &, dim3);
+extern template void ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO4_64>(cudaStream_t, int, ggml_type, turbo_mma_loop, const turbo_fa_params &, dim3);
+extern template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3_64>(int, ggml_type, turbo_mma_loop);
+extern template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2_64>(int, ggml_type, turbo_mma_loop);
+extern template int ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO4_64>(int, ggml_type, turbo_mma_loop);

@@ -216,8 +216,9 @@ bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor 
     const ggml_tensor * K = dst->src[1];
     const ggml_tensor * V = dst->src[2];
     if (ggml_cuda_is_turbo64_type(K->type) || ggml_cuda_is_turbo64_type(V->type)) {
-        // the 64-value types take this path at every batch size, decode included (turbo-64.cu)
-        if (!ggml_cuda_turbo64_fattn_supported(dst)) {
+        // the 64-value types take this path (turbo-64.cu) at every batch size but the decode that the tensor-core
+        // kernel takes (ggml_cuda_turbo64_fattn_fused: then the decode hook, ggml_cuda_flash_attn_ext_turbo)
+        if (ggml_cuda_turbo64_fattn_fused(dst) || !ggml_cuda_turbo64_fattn_supported(dst)) {
             return false;
         }
         ggml_cuda_turbo64_fattn(ctx, dst);

@@ -66,7 +66,7 @@ bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst) {
     return true;
 }
 
-template <int D, bool V_turbo, int NCOLS>
+template <int D, int QKB, bool V_turbo, int NCOLS>
 static void turbo_fattn_combine_launch(cudaStream_t stream, const float * part_acc, const float2 * part_meta, const float * sinks,
         float * dst, int n_split, int nrg, int gqa, int n_q, int n_head, int n_head_kv, int ne3) {
     const dim3 grid(NCOLS, n_head_kv*nrg, ne3);
@@ -74,10 +74,10 @@ static void turbo_fattn_combine_launch(cudaStream_t stream, const float * part_a
     // at 32K keys), from 8 splits up: below, the one-warp merge is the quicker (run 16, combine_bench, us per launch,
     // one warp / 8 warps: 1 split 1.96 / 2.22, 4 splits 2.06 / 2.29, 13 splits 3.17 / 2.84)
     if (n_split >= 8) {
-        ggml_cuda_turbo_launch(k_turbo_fattn_combine_par<D, V_turbo, NCOLS>, grid, dim3(TURBO_COMBINE_WARPS*WARP_SIZE), stream,
+        ggml_cuda_turbo_launch(k_turbo_fattn_combine_par<D, QKB, V_turbo, NCOLS>, grid, dim3(TURBO_COMBINE_WARPS*WARP_SIZE), stream,
             part_acc, part_meta, sinks, dst, n_split, nrg, gqa, n_q, n_head);
     } else {
-        ggml_cuda_turbo_launch(k_turbo_fattn_combine_warp<D, V_turbo, NCOLS>, grid, dim3(D/4), stream, part_acc, part_meta, sinks, dst,
+        ggml_cuda_turbo_launch(k_turbo_fattn_combine_warp<D, QKB, V_turbo, NCOLS>, grid, dim3(D/QKB*WARP_SIZE), stream, part_acc, part_meta, sinks, dst,
             n_split, nrg, gqa, n_q, n_head);
     }
 }
@@ -86,6 +86,9 @@ static void turbo_fattn_combine_launch(cudaStream_t stream, const float * part_a
 // whose rows are 16-byte aligned (its staging copies whole 16-byte chunks of them); the scalar kernel
 // (fattn-turbo.cuh) serves the other pairs (turbo K with q8_0 / f16 V, D = 256 with a plain K) and older GPUs
 static bool turbo_fattn_uses_mma(const ggml_tensor * K, const ggml_tensor * V) {
+    if (ggml_cuda_is_turbo64_type(V->type)) {
+        return ggml_cuda_is_turbo64_type(K->type) && ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc);
+    }
     if (!ggml_cuda_is_turbo128_type(V->type) || !ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc)) {
         return false;
     }
@@ -107,8 +110,12 @@ static bool turbo_fattn_uses_mma(const ggml_tensor * K, const ggml_tensor * V) {
 // 91.9-92.2 @128K, turbo2 lost at 128K; below 16K not measured). At D = 256 (Gemma 3) a warp pair per tile (v21; run
 // 20, Gemma 3 270M tg128 against v11 in three calls: turbo3 +3-11% at depth 0, +1-5% at 8K, turbo2 +5-14% at 0-24K)
 static turbo_mma_loop turbo_fattn_mma_loop(const int D, const ggml_type type_K, const ggml_type type_V, const int n_kv) {
+    // q8_0 / f16 K (D = 128) and the 64-value types (D = 64): one tile per step, the only loop compiled for them. At D = 64
+    // (run 33, llama1b shape tg64, two rounds each against f16 in the same call) the two-tile loop measured within the
+    // noise at 32K (turbo3 640/628 against 602/636 t/s, turbo2 664/656 against 645/666, turbo4 637/629 against 632/639)
+    // and half the splits lost (turbo3 618/618 at 32K)
     if (!ggml_cuda_is_turbo128_type(type_K)) {
-        return TURBO_MMA_ONE_TILE;   // q8_0 / f16 K (D = 128): the only loop compiled for them
+        return TURBO_MMA_ONE_TILE;
     }
     if (D == 256) {
         return TURBO_MMA_WARP_PAIR;
@@ -154,6 +161,7 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     // tensor-core kernel (v4 and its successors) for a turbo V on Ampere and newer (turbo_fattn_uses_mma)
     const bool use_mma = turbo_fattn_uses_mma(K, V);
     GGML_ASSERT(!rope || use_mma);   // ggml_cuda_turbo_rope_fa_fusable checked it
+    GGML_ASSERT(use_mma || !ggml_cuda_is_turbo64_type(V->type));   // ggml_cuda_turbo64_fattn_fused checked it
     if (!use_mma && ggml_cuda_is_turbo128_type(K->type) && ggml_cuda_is_turbo128_type(V->type) && (K->type == GGML_TYPE_TURBO4 || V->type == GGML_TYPE_TURBO4)) {
         GGML_ABORT("turbo flash attention: turbo4 with a turbo partner needs the tensor-core kernel");
     }
@@ -169,7 +177,10 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     const int blocks_base = nrg*n_head_kv*ne3;
     int target = 8*nsm;
     if (use_mma) {
-        const int occ = K->type == GGML_TYPE_TURBO4 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO4>(D, V->type, loop)
+        const int occ = K->type == GGML_TYPE_TURBO4_64 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO4_64>(D, V->type, loop)
+                      : K->type == GGML_TYPE_TURBO3_64 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3_64>(D, V->type, loop)
+                      : K->type == GGML_TYPE_TURBO2_64 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2_64>(D, V->type, loop)
+                      : K->type == GGML_TYPE_TURBO4 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO4>(D, V->type, loop)
                       : K->type == GGML_TYPE_TURBO3 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO3>(D, V->type, loop)
                       : K->type == GGML_TYPE_TURBO2 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(D, V->type, loop)
                       : K->type == GGML_TYPE_Q8_0   ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_Q8_0>  (D, V->type, loop)
@@ -232,8 +243,8 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     p.nrg = nrg; p.n_split = n_part; p.tiles_per_split = tps;
     p.c0 = turbo_fa_cell0{};
     if (c0_on) {
-        const ggml_tensor * k0 = ggml_cuda_is_turbo128_type(K->type) ? dst->src[5] : nullptr;
-        const ggml_tensor * v0 = ggml_cuda_is_turbo128_type(V->type) ? dst->src[6] : nullptr;
+        const ggml_tensor * k0 = ggml_cuda_is_turbo_type(K->type) ? dst->src[5] : nullptr;
+        const ggml_tensor * v0 = ggml_cuda_is_turbo_type(V->type) ? dst->src[6] : nullptr;
         GGML_ASSERT(!k0 || (k0->type == GGML_TYPE_F32 && k0->nb[0] == sizeof(float) && k0->ne[0] == D));
         GGML_ASSERT(!v0 || (v0->type == GGML_TYPE_F32 && v0->nb[0] == sizeof(float) && v0->ne[0] == D));
         p.c0.on = 1;
@@ -254,6 +265,9 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     if (use_mma) {
         switch (K->type) {
             case GGML_TYPE_TURBO4: ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO4>(stream, D, V->type, loop, p, grid); break;
+            case GGML_TYPE_TURBO3_64: ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3_64>(stream, D, V->type, loop, p, grid); break;
+            case GGML_TYPE_TURBO2_64: ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2_64>(stream, D, V->type, loop, p, grid); break;
+            case GGML_TYPE_TURBO4_64: ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO4_64>(stream, D, V->type, loop, p, grid); break;
             case GGML_TYPE_TURBO3: ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO3>(stream, D, V->type, loop, p, grid); break;
             case GGML_TYPE_TURBO2: ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_TURBO2>(stream, D, V->type, loop, p, grid); break;
             case GGML_TYPE_Q8_0:   ggml_cuda_turbo_fattn_mma_launch<GGML_TYPE_Q8_0>  (stream, D, V->type, loop, p, grid); break;
@@ -270,21 +284,56 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     }
     CUDA_CHECK(cudaGetLastError());
 
-    const bool V_turbo = ggml_cuda_is_turbo128_type(V->type);
+    const bool V_turbo = ggml_cuda_is_turbo_type(V->type);
+    const int  V_qk    = ggml_cuda_is_turbo64_type(V->type) ? QK_TURBO_64 : QK_TURBO;   // the inverse rotation's block
     const float * sinks_d = sinks ? (const float *) sinks->data : nullptr;
     float * dst_d = (float *) dst->data;
-#define TURBO_COMBINE(DD, VT, NC) \
-    if (D == DD && V_turbo == VT && ncols == NC) { \
-        turbo_fattn_combine_launch<DD, VT, NC>(stream, part_acc.ptr, part_meta.ptr, sinks_d, dst_d, n_part, nrg, gqa, n_q, n_head, n_head_kv, ne3); \
+#define TURBO_COMBINE(DD, QKB, VT, NC) \
+    if (D == DD && V_qk == QKB && V_turbo == VT && ncols == NC) { \
+        turbo_fattn_combine_launch<DD, QKB, VT, NC>(stream, part_acc.ptr, part_meta.ptr, sinks_d, dst_d, n_part, nrg, gqa, n_q, n_head, n_head_kv, ne3); \
     }
-    TURBO_COMBINE(128, true, 4) TURBO_COMBINE(128, true, 8) TURBO_COMBINE(128, false, 4) TURBO_COMBINE(128, false, 8)
-    TURBO_COMBINE(256, true, 4) TURBO_COMBINE(256, true, 8) TURBO_COMBINE(256, false, 4) TURBO_COMBINE(256, false, 8)
+    TURBO_COMBINE(128, 128, true, 4) TURBO_COMBINE(128, 128, true, 8) TURBO_COMBINE(128, 128, false, 4) TURBO_COMBINE(128, 128, false, 8)
+    TURBO_COMBINE(256, 128, true, 4) TURBO_COMBINE(256, 128, true, 8) TURBO_COMBINE(256, 128, false, 4) TURBO_COMBINE(256, 128, false, 8)
+    TURBO_COMBINE(64, 64, true, 8)
 #undef TURBO_COMBINE
     CUDA_CHECK(cudaGetLastError());
 }
 
+// the 64-value types' decode on the tensor-core kernel at D = 64 (K and V both of them, any widths; Ampere and newer),
+// reading the codes as the 128-value decode does, instead of decoding the whole cache to f16 for upstream's kernel
+// every step (turbo-64.cu, which keeps the prefill, other head sizes and q8_0 / f16 partners). Run 33, H200, llama1b
+// shape, turbo3_64 tg64 / f16: 0.82-0.85 at depth 0, 0.81-0.92 at 8K, 0.94-1.00 at 32K (converting, run 32: 0.69-0.73,
+// 0.52-0.55, 0.40-0.43)
+bool ggml_cuda_turbo64_fattn_fused(const ggml_tensor * dst) {
+    const ggml_tensor * Q     = dst->src[0];
+    const ggml_tensor * K     = dst->src[1];
+    const ggml_tensor * V     = dst->src[2];
+    const ggml_tensor * mask  = dst->src[3];
+    const ggml_tensor * sinks = dst->src[4];
+    if (!ggml_cuda_is_turbo64_type(K->type) || !ggml_cuda_is_turbo64_type(V->type) || !turbo_fattn_uses_mma(K, V)) {
+        return false;
+    }
+    if (Q->ne[1] > GGML_CUDA_TURBO_FA_MAX_BATCH || Q->ne[0] != 64 || K->ne[0] != 64 || V->ne[0] != 64) {
+        return false;
+    }
+    if (Q->type != GGML_TYPE_F32 || dst->type != GGML_TYPE_F32 || !ggml_is_contiguous(dst)) {
+        return false;
+    }
+    if (K->nb[0] != ggml_type_size(K->type) || V->nb[0] != ggml_type_size(V->type)) {
+        return false;
+    }
+    if (mask && (mask->type != GGML_TYPE_F16 || mask->ne[2] != 1)) {
+        return false;
+    }
+    if (sinks && sinks->type != GGML_TYPE_F32) {
+        return false;
+    }
+    return Q->ne[2] % K->ne[2] == 0 && K->ne[2] == V->ne[2];
+}
+
 void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
-    if (ggml_cuda_is_turbo64_type(dst->src[1]->type) || ggml_cuda_is_turbo64_type(dst->src[2]->type)) {
+    if ((ggml_cuda_is_turbo64_type(dst->src[1]->type) || ggml_cuda_is_turbo64_type(dst->src[2]->type)) &&
+        !ggml_cuda_turbo64_fattn_fused(dst)) {
         ggml_cuda_turbo64_fattn(ctx, dst);
         return;
     }

@@ -22,6 +22,10 @@ template <> struct turbo_fa_stage<GGML_TYPE_TURBO2> { static constexpr int qsw =
 template <> struct turbo_fa_stage<GGML_TYPE_TURBO4> { static constexpr int qsw = 16; static constexpr int bs = 66; static constexpr int bits = 4; };
 template <> struct turbo_fa_stage<GGML_TYPE_F16>    { static constexpr int qsw = 0;  static constexpr int bs = 0;  static constexpr int bits = 0; };
 template <> struct turbo_fa_stage<GGML_TYPE_Q8_0>   { static constexpr int qsw = 0;  static constexpr int bs = 0;  static constexpr int bits = 0; };
+// the 64-value types: their code width only (the tensor-core decode at D = 64; this scalar kernel does not take them)
+template <> struct turbo_fa_stage<GGML_TYPE_TURBO3_64> { static constexpr int qsw = 0; static constexpr int bs = 0; static constexpr int bits = 3; };
+template <> struct turbo_fa_stage<GGML_TYPE_TURBO2_64> { static constexpr int qsw = 0; static constexpr int bs = 0; static constexpr int bits = 2; };
+template <> struct turbo_fa_stage<GGML_TYPE_TURBO4_64> { static constexpr int qsw = 0; static constexpr int bs = 0; static constexpr int bits = 4; };
 
 // cell 0 (the first key, which takes much of the attention) with its exact rows (ggml_flash_attn_ext_set_cell0). When
 // on, the split blocks walk keys 1.. (turbo_fa_params' K, V and mask start one key in, n_kv is one less: their loops
@@ -66,16 +70,16 @@ static __device__ __forceinline__ bool turbo_fa_isnan(const float x) {
 // centroid, as the split blocks take it), f16 and q8_0 rows as they are
 template <ggml_type type>
 static __device__ __forceinline__ float turbo_fa_row_value(const char * row, const int d) {
-    if constexpr (ggml_cuda_type_is_turbo(type)) {
-        constexpr int bits = turbo_traits<type>::bits;
-        const uint8_t * blk = (const uint8_t *) row + (d / QK_TURBO)*sizeof(typename turbo_traits<type>::block_t);
+    if constexpr (ggml_cuda_type_is_turbo(type) || ggml_cuda_type_is_turbo64(type)) {
+        constexpr int bits = turbo_traits<type>::bits, qk = turbo_traits<type>::qk;
+        const uint8_t * blk = (const uint8_t *) row + (d / qk)*sizeof(typename turbo_traits<type>::block_t);
         const uint8_t * qs = blk + 2;
-        const int i = d % QK_TURBO;
+        const int i = d % qk;
         int c = bits == 4 ? (qs[i >> 1] >> (4*(i & 1))) & 15 : (qs[i >> 2] >> (2*(i & 3))) & 3;
         if (bits == 3) {
-            c |= ((qs[32 + (i >> 3)] >> (i & 7)) & 1) << 2;
+            c |= ((qs[qk/4 + (i >> 3)] >> (i & 7)) & 1) << 2;   // the high plane after the qk/4 bytes of the low one
         }
-        return turbo_centroid(bits, c)*__half2float(*(const half *) blk);
+        return turbo_centroid_qk<qk>(bits, c)*__half2float(*(const half *) blk);
     } else if constexpr (type == GGML_TYPE_F16) {
         return __half2float(((const half *) row)[d]);
     } else {
@@ -632,49 +636,55 @@ static __device__ __forceinline__ void turbo_fattn_merge_splits(const meta_t & m
     }
 }
 
-// one 128-block of an output row from the warp's merged values (value lane + 32k): the inverse rotation for a
-// turbo V (the same float operations as the C reference's butterflies), then the store
-template <bool V_turbo>
-static __device__ __forceinline__ void turbo_fattn_store_block(float * out, float v[4], const int lane) {
+// one QKB-block (V's block: 128, or 64 for the 64-value types) of an output row from the warp's merged values (value
+// lane + 32k): the inverse rotation for a turbo V (the same float operations as the C reference's butterflies), then
+// the store
+template <int QKB, bool V_turbo>
+static __device__ __forceinline__ void turbo_fattn_store_block(float * out, float v[QKB/WARP_SIZE], const int lane) {
+    constexpr int NV = QKB/WARP_SIZE;
     if (V_turbo) {
-        turbo_warp_fwht(v, lane);
+        if constexpr (QKB == QK_TURBO_64) {
+            turbo64_warp_fwht(v, lane);
+        } else {
+            turbo_warp_fwht(v, lane);
+        }
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            v[k] *= TURBO_CUDA_INV_SQRT_QK;
+        for (int k = 0; k < NV; ++k) {
+            v[k] *= QKB == QK_TURBO_64 ? TURBO64_INV_SQRT : TURBO_CUDA_INV_SQRT_QK;
             if (turbo_sign_neg(lane + 32*k)) {
                 v[k] = -v[k];
             }
         }
     }
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < NV; ++k) {
         out[lane + 32*k] = v[k];
     }
 }
 
 // merges the splits of one output row, applies the sink and the inverse rotation (turbo V), writes dst: one warp per
-// 128-block of the row, 4 values per lane, the FWHT by shuffles (run 12: 2.94 against 3.17 us per launch for the
+// QKB-block of the row, QKB/32 values per lane, the FWHT by shuffles (run 12: 2.94 against 3.17 us per launch for the
 // block-wide merge with the butterflies in shared memory, bit-identical, since removed); at depth 0 the merge is a
 // launch per layer on the decode step's critical path
-template <int D, bool V_turbo, int NCOLS>
-__launch_bounds__(D/4)
+template <int D, int QKB, bool V_turbo, int NCOLS>
+__launch_bounds__(D/QKB*WARP_SIZE)
 static __global__ void k_turbo_fattn_combine_warp(const float * part_acc, const float2 * part_meta,
         const float * sinks, float * dst, const int n_split, const int nrg, const int gqa,
         const int n_q, const int n_head) {
     ggml_cuda_pdl_sync();   // under PDL: the partials of the attention kernel before (plain pointers: no __restrict__ with PDL)
     ggml_cuda_pdl_lc();
     const int lane = threadIdx.x % WARP_SIZE;
-    const int blk  = threadIdx.x / WARP_SIZE;   // 128-block of the row
+    const int blk  = threadIdx.x / WARP_SIZE;   // QKB-block of the row
     const turbo_combine_row row = turbo_combine_row_of<NCOLS>(n_split, nrg, gqa, n_q);
     if (!row.ok) {
         return;
     }
     const int r = blockIdx.x;
     auto meta = [&](const int s) { return part_meta[(row.slot0 + s)*NCOLS + r]; };
-    auto acc  = [&](const int s) { return part_acc + ((row.slot0 + s)*NCOLS + r)*D + blk*QK_TURBO + lane; };
-    float v[4];
-    turbo_fattn_merge_splits<4>(meta, acc, n_split, 32, sinks, row.h, v);
-    turbo_fattn_store_block<V_turbo>(dst + (((int64_t) blockIdx.z*n_q + row.j)*n_head + row.h)*D + blk*QK_TURBO, v, lane);
+    auto acc  = [&](const int s) { return part_acc + ((row.slot0 + s)*NCOLS + r)*D + blk*QKB + lane; };
+    float v[QKB/WARP_SIZE];
+    turbo_fattn_merge_splits<QKB/WARP_SIZE>(meta, acc, n_split, 32, sinks, row.h, v);
+    turbo_fattn_store_block<QKB, V_turbo>(dst + (((int64_t) blockIdx.z*n_q + row.j)*n_head + row.h)*D + blk*QKB, v, lane);
 }
 
 // The split merge for many splits (from 8 splits up, since run 16; below, the one-warp merge above). At 32K and
@@ -688,7 +698,7 @@ static __global__ void k_turbo_fattn_combine_warp(const float * part_acc, const 
 // differs from the merges above (the tests compare within tolerance, not bits).
 #define TURBO_COMBINE_WARPS  8
 #define TURBO_COMBINE_UNROLL 8
-template <int D, bool V_turbo, int NCOLS>
+template <int D, int QKB, bool V_turbo, int NCOLS>
 __launch_bounds__(TURBO_COMBINE_WARPS*WARP_SIZE)
 static __global__ void k_turbo_fattn_combine_par(const float * part_acc, const float2 * part_meta,
         const float * sinks, float * dst, const int n_split, const int nrg, const int gqa,
@@ -760,15 +770,15 @@ static __global__ void k_turbo_fattn_combine_par(const float * part_acc, const f
         wa[warp][lane + WARP_SIZE*k] = a[k];
     }
     __syncthreads();
-    if (warp >= D/QK_TURBO) {
+    if (warp >= D/QKB) {
         return;
     }
-    // warp b: the 128-block b of the row (value lane + 32k), merged over the warps as the one-warp merge merges splits
+    // warp b: the QKB-block b of the row (value lane + 32k), merged over the warps as the one-warp merge merges splits
     auto meta = [&](const int w) { return make_float2(wm[w], ws[w]); };
-    auto acc  = [&](const int w) { return &wa[w][warp*QK_TURBO + lane]; };
-    float v[4];
-    turbo_fattn_merge_splits<4>(meta, acc, NW, WARP_SIZE, sinks, row.h, v);
-    turbo_fattn_store_block<V_turbo>(dst + (((int64_t) blockIdx.z*n_q + row.j)*n_head + row.h)*D + warp*QK_TURBO, v, lane);
+    auto acc  = [&](const int w) { return &wa[w][warp*QKB + lane]; };
+    float v[QKB/WARP_SIZE];
+    turbo_fattn_merge_splits<QKB/WARP_SIZE>(meta, acc, NW, WARP_SIZE, sinks, row.h, v);
+    turbo_fattn_store_block<QKB, V_turbo>(dst + (((int64_t) blockIdx.z*n_q + row.j)*n_head + row.h)*D + warp*QKB, v, lane);
 }
 
 // launches k_turbo_fattn for one K type (instantiated in fattn-turbo-k*.cu, one file per K type for build parallelism)

@@ -17,11 +17,18 @@ import turbo_llama as tl
 
 HERE = Path(__file__).resolve().parent
 src = (HERE / "turbo-common.cuh").read_text()
-C3 = np.array([float(v.strip().rstrip("f")) for v in re.search(r"TURBO_CUDA_C3 \{([^}]*)\}", src).group(1).replace("\\", "").split(",")])
-C2 = np.array([float(v.strip().rstrip("f")) for v in re.search(r"TURBO_CUDA_C2 \{([^}]*)\}", src).group(1).replace("\\", "").split(",")])
 
 
-def pair_table(bits):
+def book(name):
+    return np.array([float(v.strip().rstrip("f")) for v in re.search(name + r" \{([^}]*)\}", src).group(1).replace("\\", "").split(",")])
+
+
+C3, C2 = book("TURBO_CUDA_C3"), book("TURBO_CUDA_C2")
+C3_64, C2_64 = book("TURBO64_CUDA_C3"), book("TURBO64_CUDA_C2")   # the 64-value blocks' d = 64 codebooks
+
+
+def pair_table(bits, qk=128):
+    C3, C2 = (globals()["C3"], globals()["C2"]) if qk == 128 else (C3_64, C2_64)
     t = np.zeros((64, 2))
     for i in range(64):
         if bits == 3:
@@ -31,14 +38,16 @@ def pair_table(bits):
     return t
 
 
-def codes_of(blocks: np.ndarray, bits: int) -> np.ndarray:
-    """[n, 128] codes from one 128-block per row (format: norm f16, low planes, high plane)."""
-    qs = blocks[:, 2:]
+def codes_of(blocks: np.ndarray, bits: int, qk: int = 128) -> np.ndarray:
+    """[n, qk] codes from one qk-block per row (format: norm f16, low planes, high plane)."""
+    qs = np.ascontiguousarray(blocks[:, 2:])
+    if qs.shape[1] % 4:
+        qs = np.concatenate([qs, np.zeros((qs.shape[0], 4 - qs.shape[1] % 4), np.uint8)], axis=1)
     w = qs.view("<u4").astype(np.int64)
-    i = np.arange(128)
+    i = np.arange(qk)
     c = (w[:, i >> 4] >> ((i & 15) * 2)) & 3
     if bits == 3:
-        c |= ((w[:, 8 + (i >> 5)] >> (i & 31)) & 1) << 2
+        c |= ((w[:, qk // 16 + (i >> 5)] >> (i & 31)) & 1) << 2
     return c
 
 
@@ -95,41 +104,43 @@ def idx4_pick(w, n):
     return ((w >> (8 * (n >> 1))) & 0xFF) >> 2
 
 
-def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0, variant=4):
-    """variant 4: table indexes cut from the codes per lookup (v4-v7); 8: index bytes built per word (v8)"""
+def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0, variant=4, qk=128):
+    """variant 4: table indexes cut from the codes per lookup (v4-v7); 8: index bytes built per word (v8).
+    qk: the block size (64: the 64-value types at D = 64, a lane's K dims (qk/4) t.., V dims (qk/8) g..)"""
     rng = np.random.default_rng(seed)
-    NB = D // 128
-    kname, vname = f"turbo{kbits}", f"turbo{vbits}"
+    NB = D // qk
+    CPB = qk // 16   # mma chunks per block
+    kname, vname = (f"turbo{kbits}", f"turbo{vbits}") if qk == 128 else (f"turbo{kbits}_64", f"turbo{vbits}_64")
     Kf = rng.standard_normal((n_kv, D)).astype(np.float32) * rng.uniform(0.5, 3, (n_kv, 1)).astype(np.float32)
     Vf = rng.standard_normal((n_kv, D)).astype(np.float32)
     Kq = tl.quantize(Kf, kname); Vq = tl.quantize(Vf, vname)
     KBS, VBS = Kq.shape[1] // NB, Vq.shape[1] // NB
     R = gqa
     q = np.zeros((8, D)); q[:R] = rng.standard_normal((R, D))
-    qrot = tl.rotate(q.astype(np.float32)).astype(np.float64)        # H D q / sqrt(128), per 128-block
+    qrot = tl.rotate(q.astype(np.float32), block=qk).astype(np.float64)   # H D q / sqrt(qk), per block
 
     # reference in the rotated domain, straight from the codes
     def decode(Xq, bits, BS):
-        c = C3 if bits == 3 else C2
+        c = (C3 if bits == 3 else C2) if qk == 128 else (C3_64 if bits == 3 else C2_64)
         out = np.zeros((n_kv, D))
         for b in range(NB):
             blk = Xq[:, b * BS:(b + 1) * BS]
             norm = blk[:, :2].copy().view("<f2").astype(np.float64)[:, 0]
-            out[:, b * 128:(b + 1) * 128] = norm[:, None] * c[codes_of(np.ascontiguousarray(blk), bits)]
+            out[:, b * qk:(b + 1) * qk] = norm[:, None] * c[codes_of(np.ascontiguousarray(blk), bits, qk)]
         return out
     Kr, Vr = decode(Kq, kbits, KBS), decode(Vq, vbits, VBS)
     S = qrot @ Kr.T
     P = np.exp(S - S.max(1, keepdims=True)); P /= P.sum(1, keepdims=True)
     O_ref = P @ Vr
 
-    pK, pV = pair_table(kbits), pair_table(vbits)
+    pK, pV = pair_table(kbits, qk), pair_table(vbits, qk)
     qb = {}
     for lane in range(32):
         g, t = lane >> 2, lane & 3
-        for c in range(NB * 8):
-            base = (c >> 3) * 128 + 32 * t + 4 * (c & 7)
+        for c in range(NB * CPB):
+            base = (c // CPB) * qk + (qk // 4) * t + 4 * (c % CPB)
             qb[lane, c] = (qrot[g, base:base + 2], qrot[g, base + 2:base + 4])
-    o = {(lane, j): np.zeros(4) for lane in range(32) for j in range(NB * 8)}
+    o = {(lane, j): np.zeros(4) for lane in range(32) for j in range(NB * CPB)}
     M = {lane: [-np.inf, -np.inf] for lane in range(32)}
     L = {lane: [0.0, 0.0] for lane in range(32)}
     for k0 in range(0, n_kv, 16):
@@ -141,7 +152,13 @@ def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0, variant=4):
                 g, t = lane >> 2, lane & 3
                 for i in range(2):
                     key = k0 + g + 8 * i
-                    if key < n_kv:
+                    if key < n_kv and qk == 64:
+                        # the kernel's QKB = 64 loads: one low word at byte 2 + 4t, 16 high bits at 2 + 16 + 2t
+                        row = Kq[key, b * KBS:(b + 1) * KBS]
+                        lo0[lane, i] = u16(row, 2 + 4 * t) | u16(row, 4 + 4 * t) << 16; lo1[lane, i] = 0
+                        hi[lane, i] = u16(row, 2 + 16 + 2 * t) if kbits == 3 else 0
+                        kn[lane, i] = float(row[:2].copy().view("<f2")[0])
+                    elif key < n_kv:
                         row = Kq[key, b * KBS:(b + 1) * KBS]
                         h = [u16(row, 2 + 2 * (4 * t + x)) for x in range(4)]
                         lo0[lane, i] = h[0] | h[1] << 16; lo1[lane, i] = h[2] | h[3] << 16
@@ -158,9 +175,9 @@ def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0, variant=4):
                 if kbits == 3:
                     idx |= ((hi[lane, i] >> (2 * m)) & 3) << 4
                 return idx
-            for cc in range(8):
+            for cc in range(CPB):
                 a_regs = [[pK[kidx(l, 0, 2 * cc)], pK[kidx(l, 1, 2 * cc)], pK[kidx(l, 0, 2 * cc + 1)], pK[kidx(l, 1, 2 * cc + 1)]] for l in range(32)]
-                b_regs = [qb[l, 8 * b + cc] for l in range(32)]
+                b_regs = [qb[l, CPB * b + cc] for l in range(32)]
                 sb = mma(a_regs, b_regs, sb)
             for lane in range(32):
                 sb_l = sb[lane]
@@ -186,7 +203,7 @@ def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0, variant=4):
             pr[lane] = np.array([0.0 if M[lane][e & 1] == -np.inf else np.exp(s_regs[lane][e] - M[lane][e & 1]) for e in range(4)])
             L[lane][0] = L[lane][0] * alpha[lane][0] + pr[lane][0] + pr[lane][2]
             L[lane][1] = L[lane][1] * alpha[lane][1] + pr[lane][1] + pr[lane][3]
-            for j in range(NB * 8):
+            for j in range(NB * CPB):
                 o[lane, j] *= np.array([alpha[lane][0], alpha[lane][1], alpha[lane][0], alpha[lane][1]])
         for b in range(NB):
             vn, vw = {}, {}
@@ -197,7 +214,12 @@ def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0, variant=4):
                     vn[lane, i] = float(Vq[key, b * VBS:b * VBS + 2].copy().view("<f2")[0]) if key < n_kv else 0.0
                 for i in range(4):
                     key = k0 + 2 * t + (i & 1) + 8 * (i >> 1)
-                    if key < n_kv:
+                    if key < n_kv and qk == 64:
+                        # QKB = 64: 16 bits of codes at byte 2 + 2g, a high byte at 2 + 16 + g
+                        row = Vq[key, b * VBS:(b + 1) * VBS]
+                        w = u16(row, 2 + 2 * g)
+                        h = int(row[2 + 16 + g]) if vbits == 3 else 0
+                    elif key < n_kv:
                         row = Vq[key, b * VBS:(b + 1) * VBS]
                         w = u16(row, 2 + 2 * (2 * g)) | u16(row, 2 + 2 * (2 * g + 1)) << 16
                         h = u16(row, 2 + 2 * (16 + g)) if vbits == 3 else 0
@@ -222,38 +244,38 @@ def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0, variant=4):
             for lane in range(32):
                 (w0, h0), (w1, h1), (w2, h2), (w3, h3) = (vw[lane, i] for i in range(4))
                 pairs[lane] = (make(w0, w1, h0, h1), make(w2, w3, h2, h3))
-            for jj in range(8):
+            for jj in range(CPB):
                 a_regs = []
                 for lane in range(32):
                     v01, v89 = pairs[lane]
                     a_regs.append([pV[vidx(v01[0], v01[2], jj)], pV[vidx(v01[1], v01[3], jj)],
                                    pV[vidx(v89[0], v89[2], jj)], pV[vidx(v89[1], v89[3], jj)]])
                 b_regs = [(pb0[l], pb1[l]) for l in range(32)]
-                outs = mma(a_regs, b_regs, [o[l, 8 * b + jj] for l in range(32)])
+                outs = mma(a_regs, b_regs, [o[l, CPB * b + jj] for l in range(32)])
                 for lane in range(32):
-                    o[lane, 8 * b + jj] = np.array(outs[lane])
+                    o[lane, CPB * b + jj] = np.array(outs[lane])
     # epilogue: L reduced over g, O^T fragments scattered to (row, dim)
     O = np.zeros((8, D)); Lr = np.zeros(8)
     for lane in range(32):
         g, t = lane >> 2, lane & 3
         for i in range(2):
             Lr[2 * t + i] += L[lane][i]
-        for j in range(NB * 8):
-            d = (j >> 3) * 128 + 16 * g + 2 * (j & 7)
+        for j in range(NB * CPB):
+            d = (j // CPB) * qk + (qk // 8) * g + 2 * (j % CPB)
             O[2 * t, d], O[2 * t + 1, d], O[2 * t, d + 1], O[2 * t + 1, d + 1] = o[lane, j]
     return O, Lr, O_ref, R
 
 
 if __name__ == "__main__":
     worst = 0.0
-    for D in (128, 256):
+    for D, qk in ((128, 128), (256, 128), (64, 64)):
         for kb in (3, 2):
             for vb in (3, 2):
                 for n_kv in (16, 50):
-                    O, Lr, O_ref, R = simulate(D, kb, vb, n_kv)
+                    O, Lr, O_ref, R = simulate(D, kb, vb, n_kv, qk=qk)
                     out = O[:R] / Lr[:R, None]
                     err = np.abs(out - O_ref[:R]).max() / np.abs(O_ref[:R]).max()
                     worst = max(worst, err)
-                    print(f"D={D} K turbo{kb} V turbo{vb} n_kv={n_kv}: max rel err {err:.2e}")
+                    print(f"D={D} qk={qk} K turbo{kb} V turbo{vb} n_kv={n_kv}: max rel err {err:.2e}")
     print("SIM", "PASS" if worst < 1e-6 else "FAIL", f"(worst {worst:.2e})")
     sys.exit(0 if worst < 1e-6 else 1)

@@ -2,12 +2,13 @@
 // cpu_ref/ggml-turbo.h's "64-value blocks": a 64-point FWHT, the first 64 signs of D, the d = 64 codebooks of
 // turbo-codebooks-64.h, 26 / 18 / 34 bytes per block).
 //
-// The first, simplest correct CUDA path, one warp per 64-value block everywhere (lane l holds values l and l + 32):
+// One warp per 64-value block everywhere here (lane l holds values l and l + 32):
 //   - the KV write (SET_ROWS f32/f16 -> _64, with cell 0's exact rows of ggml_set_rows_cell0) and CPY to _64: the same
 //     float operations as quantize_row_turbo*_64_ref in the same order, explicitly rounded (bit-exact with the CPU);
 //     the fused writes of turbo.cu (the key offset's SUB, the K/V pair, K's RoPE) decline _64, so those run unfused;
 //   - the reads (GET_ROWS, CPY _64 -> f32/f16, the to_fp16/to_fp32 conversions): dequantize_row_turbo*_64's operations;
-//   - flash attention at every batch size (decode included) as fattn-turbo-prefill.cu does for the 128-value types:
+//   - flash attention (the prefill; the decode where the tensor-core kernel does not take it, ggml_cuda_turbo64_fattn_fused:
+//     other head sizes, q8_0 / f16 partners, GPUs before Ampere) as fattn-turbo-prefill.cu does for the 128-value types:
 //     a _64 K or V decoded to f16 in the rotated domain (norm x centroid, no inverse transform), cell 0's exact rows
 //     over row 0, q rotated once (64-point), upstream's f16 kernels, the output rotated back once (64-point). A q8_0
 //     partner is converted to f16 here too, so that upstream's kernel needs no f16 space of its own in dst.
@@ -19,30 +20,6 @@
 #include <cstring>
 
 #define TURBO64_WARPS_PER_BLOCK 8
-#define TURBO64_INV_SQRT 0.125f   // 1/sqrt(64), exact
-
-// the d = 64 codebooks (turbo-codebooks-64.h) as device literals, compared with the host arrays at first use
-#define TURBO64_CUDA_C3 { -2.639118904e-01f, -1.661654508e-01f, -9.383050444e-02f, -3.046860396e-02f, \
-                           3.046860396e-02f,  9.383050444e-02f,  1.661654508e-01f,  2.639118904e-01f }
-#define TURBO64_CUDA_B3 { -2.150386706e-01f, -1.299979776e-01f, -6.214955420e-02f, 0.000000000e+00f, \
-                           6.214955420e-02f,  1.299979776e-01f,  2.150386706e-01f }
-#define TURBO64_CUDA_C2 { -1.874973527e-01f, -5.651511998e-02f, 5.651511998e-02f, 1.874973527e-01f }
-#define TURBO64_CUDA_B2 { -1.220062364e-01f, 0.000000000e+00f, 1.220062364e-01f }
-#define TURBO64_CUDA_C4 { -3.307860921e-01f, -2.529018923e-01f, -1.988439333e-01f, -1.549136965e-01f, \
-                          -1.164762114e-01f, -8.130337259e-02f, -4.808427844e-02f, -1.591710151e-02f, \
-                           1.591710151e-02f,  4.808427844e-02f,  8.130337259e-02f,  1.164762114e-01f, \
-                           1.549136965e-01f,  1.988439333e-01f,  2.529018923e-01f,  3.307860921e-01f }
-#define TURBO64_CUDA_B4 { -2.918439922e-01f, -2.258729128e-01f, -1.768788149e-01f, -1.356949539e-01f, \
-                          -9.888979200e-02f, -6.469382552e-02f, -3.200068997e-02f,  0.000000000e+00f, \
-                           3.200068997e-02f,  6.469382552e-02f,  9.888979200e-02f,  1.356949539e-01f, \
-                           1.768788149e-01f,  2.258729128e-01f,  2.918439922e-01f }
-
-static __device__ __constant__ float turbo64_d_c3[8]  = TURBO64_CUDA_C3;
-static __device__ __constant__ float turbo64_d_b3[7]  = TURBO64_CUDA_B3;
-static __device__ __constant__ float turbo64_d_c2[4]  = TURBO64_CUDA_C2;
-static __device__ __constant__ float turbo64_d_b2[3]  = TURBO64_CUDA_B2;
-static __device__ __constant__ float turbo64_d_c4[16] = TURBO64_CUDA_C4;
-static __device__ __constant__ float turbo64_d_b4[15] = TURBO64_CUDA_B4;
 
 static void turbo64_check_tables(void) {
     ggml_cuda_turbo_check_tables();   // the sign words (a 64-value block takes the first two)
@@ -84,21 +61,6 @@ static __device__ __forceinline__ float turbo64_boundary(const int bits, const i
     return bits == 4 ? turbo64_d_b4[b] : bits == 3 ? turbo64_d_b3[b] : turbo64_d_b2[b];
 }
 
-
-// unnormalized FWHT of 64 values, butterflies of span 1, 2, ..., 32 as the C code (t[j] = a + b, t[j+h] = a - b)
-static __device__ __forceinline__ void turbo64_warp_fwht(float v[2], const int lane) {
-#pragma unroll
-    for (int h = 1; h < 32; h *= 2) {
-#pragma unroll
-        for (int k = 0; k < 2; ++k) {
-            const float o = __shfl_xor_sync(0xffffffff, v[k], h);
-            v[k] = (lane & h) ? __fsub_rn(o, v[k]) : __fadd_rn(v[k], o);
-        }
-    }
-    const float a = v[0], b = v[1];   // span 32
-    v[0] = __fadd_rn(a, b);
-    v[1] = __fsub_rn(a, b);
-}
 
 // pairwise tree sum of 64 values (s[i] += s[i + h], h = 32..1), broadcast to all lanes
 static __device__ __forceinline__ float turbo64_warp_tree_sum(const float s[2]) {

@@ -45,6 +45,31 @@ static __device__ __constant__ float turbo_d_b2[3] = TURBO_CUDA_B2;
 static __device__ __constant__ float turbo_d_c4[16] = TURBO_CUDA_C4;
 static __device__ __constant__ float turbo_d_b4[15] = TURBO_CUDA_B4;
 
+#define TURBO64_INV_SQRT 0.125f   // 1/sqrt(64), exact
+// the 64-value blocks' d = 64 codebooks (turbo-codebooks-64.h) as device literals, compared with the host arrays at
+// first use (turbo-64.cu)
+#define TURBO64_CUDA_C3 { -2.639118904e-01f, -1.661654508e-01f, -9.383050444e-02f, -3.046860396e-02f, \
+                           3.046860396e-02f,  9.383050444e-02f,  1.661654508e-01f,  2.639118904e-01f }
+#define TURBO64_CUDA_B3 { -2.150386706e-01f, -1.299979776e-01f, -6.214955420e-02f, 0.000000000e+00f, \
+                           6.214955420e-02f,  1.299979776e-01f,  2.150386706e-01f }
+#define TURBO64_CUDA_C2 { -1.874973527e-01f, -5.651511998e-02f, 5.651511998e-02f, 1.874973527e-01f }
+#define TURBO64_CUDA_B2 { -1.220062364e-01f, 0.000000000e+00f, 1.220062364e-01f }
+#define TURBO64_CUDA_C4 { -3.307860921e-01f, -2.529018923e-01f, -1.988439333e-01f, -1.549136965e-01f, \
+                          -1.164762114e-01f, -8.130337259e-02f, -4.808427844e-02f, -1.591710151e-02f, \
+                           1.591710151e-02f,  4.808427844e-02f,  8.130337259e-02f,  1.164762114e-01f, \
+                           1.549136965e-01f,  1.988439333e-01f,  2.529018923e-01f,  3.307860921e-01f }
+#define TURBO64_CUDA_B4 { -2.918439922e-01f, -2.258729128e-01f, -1.768788149e-01f, -1.356949539e-01f, \
+                          -9.888979200e-02f, -6.469382552e-02f, -3.200068997e-02f,  0.000000000e+00f, \
+                           3.200068997e-02f,  6.469382552e-02f,  9.888979200e-02f,  1.356949539e-01f, \
+                           1.768788149e-01f,  2.258729128e-01f,  2.918439922e-01f }
+
+static __device__ __constant__ float turbo64_d_c3[8]  = TURBO64_CUDA_C3;
+static __device__ __constant__ float turbo64_d_b3[7]  = TURBO64_CUDA_B3;
+static __device__ __constant__ float turbo64_d_c2[4]  = TURBO64_CUDA_C2;
+static __device__ __constant__ float turbo64_d_b2[3]  = TURBO64_CUDA_B2;
+static __device__ __constant__ float turbo64_d_c4[16] = TURBO64_CUDA_C4;
+static __device__ __constant__ float turbo64_d_b4[15] = TURBO64_CUDA_B4;
+
 // ---- encode helpers shared by the KV writes (cuda/host-check/ compiles this part on the host)
 // the code of y and its centroid: the boundaries ascend, so the ones below y are a prefix, the count is the code
 // (bits: 4 turbo4, 3 turbo3, 2 turbo2)
@@ -98,26 +123,58 @@ void ggml_cuda_turbo_check_tables(void);
 static constexpr __host__ __device__ bool ggml_cuda_type_is_turbo(ggml_type t) {
     return t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO2 || t == GGML_TYPE_TURBO4;
 }
+// the 64-value block types (head_dim 64 models; turbo-64.cu, and the tensor-core decode at D = 64)
+static constexpr __host__ __device__ bool ggml_cuda_type_is_turbo64(ggml_type t) {
+    return t == GGML_TYPE_TURBO3_64 || t == GGML_TYPE_TURBO2_64 || t == GGML_TYPE_TURBO4_64;
+}
 
 template <ggml_type type> struct turbo_traits;
 template <> struct turbo_traits<GGML_TYPE_TURBO3> {
     typedef block_turbo3 block_t;
+    static constexpr int qk = QK_TURBO;
     static constexpr int bits = 3;
     static constexpr int n_boundaries = 7;
     static constexpr int qs_bytes = TURBO3_QS_BYTES;
 };
 template <> struct turbo_traits<GGML_TYPE_TURBO2> {
     typedef block_turbo2 block_t;
+    static constexpr int qk = QK_TURBO;
     static constexpr int bits = 2;
     static constexpr int n_boundaries = 3;
     static constexpr int qs_bytes = TURBO2_QS_BYTES;
 };
 template <> struct turbo_traits<GGML_TYPE_TURBO4> {
     typedef block_turbo4 block_t;
+    static constexpr int qk = QK_TURBO;
     static constexpr int bits = 4;
     static constexpr int n_boundaries = 15;
     static constexpr int qs_bytes = TURBO4_QS_BYTES;
 };
+
+template <> struct turbo_traits<GGML_TYPE_TURBO3_64> {
+    typedef block_turbo3_64 block_t;
+    static constexpr int qk = QK_TURBO_64;
+    static constexpr int bits = 3;
+};
+template <> struct turbo_traits<GGML_TYPE_TURBO2_64> {
+    typedef block_turbo2_64 block_t;
+    static constexpr int qk = QK_TURBO_64;
+    static constexpr int bits = 2;
+};
+template <> struct turbo_traits<GGML_TYPE_TURBO4_64> {
+    typedef block_turbo4_64 block_t;
+    static constexpr int qk = QK_TURBO_64;
+    static constexpr int bits = 4;
+};
+
+// centroid c of the codebook of a block of qk values (128: turbo_centroid; 64: the d = 64 codebooks)
+template <int qk>
+static __device__ __forceinline__ float turbo_centroid_qk(const int bits, const int c) {
+    if (qk == QK_TURBO_64) {
+        return bits == 4 ? turbo64_d_c4[c] : bits == 3 ? turbo64_d_c3[c] : turbo64_d_c2[c];
+    }
+    return turbo_centroid(bits, c);
+}
 
 static __device__ __forceinline__ bool turbo_sign_neg(const int i) {
     return (turbo_d_sign_words[i >> 5] >> (i & 31)) & 1u;
@@ -167,6 +224,23 @@ static __device__ __forceinline__ void turbo_warp_fwht(float v[4], const int lan
         v[1] = __fadd_rn(a1, b1); v[3] = __fsub_rn(a1, b1);
     }
 }
+
+// ---- the 64-point FWHT (cuda/host-check/turbo64_check.sh compiles it with turbo-64.cu's warp helpers)
+// unnormalized FWHT of 64 values, butterflies of span 1, 2, ..., 32 as the C code (t[j] = a + b, t[j+h] = a - b)
+static __device__ __forceinline__ void turbo64_warp_fwht(float v[2], const int lane) {
+#pragma unroll
+    for (int h = 1; h < 32; h *= 2) {
+#pragma unroll
+        for (int k = 0; k < 2; ++k) {
+            const float o = __shfl_xor_sync(0xffffffff, v[k], h);
+            v[k] = (lane & h) ? __fsub_rn(o, v[k]) : __fadd_rn(v[k], o);
+        }
+    }
+    const float a = v[0], b = v[1];   // span 32
+    v[0] = __fadd_rn(a, b);
+    v[1] = __fsub_rn(a, b);
+}
+// ---- end of the 64-point FWHT
 
 // Pairwise tree sum of 128 values (s[i] += s[i+h], h = 64..1), result broadcast to all lanes.
 static __device__ __forceinline__ float turbo_warp_tree_sum(const float s[4]) {

@@ -61,7 +61,7 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
 int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, int i);
 void ggml_cuda_turbo_rope_fa(ggml_backend_cuda_context & ctx, const ggml_tensor * rope, ggml_tensor * fa);
 // the 64-value types (turbo-64.cu), called by the entry points above for a _64 tensor: the writes (no fused forms),
-// the reads, and flash attention at every batch size through upstream's f16 kernels in the rotated domain
+// the reads, and flash attention through upstream's f16 kernels in the rotated domain (all but the tensor-core decode)
 void ggml_cuda_turbo64_set_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
 bool ggml_cuda_turbo64_cpy_supported(const ggml_tensor * src0, const ggml_tensor * src1);
 void ggml_cuda_turbo64_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, ggml_tensor * src1);
@@ -72,6 +72,8 @@ to_fp16_nc_cuda_t ggml_cuda_turbo64_get_to_fp16_nc(ggml_type type);
 to_fp32_nc_cuda_t ggml_cuda_turbo64_get_to_fp32_nc(ggml_type type);
 bool ggml_cuda_turbo64_fattn_supported(const ggml_tensor * dst);
 void ggml_cuda_turbo64_fattn(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
+// ... except the decode of _64 K and V at head size 64, which the tensor-core decode kernel takes (fattn-turbo.cu)
+bool ggml_cuda_turbo64_fattn_fused(const ggml_tensor * dst);
 // shared by the prefill and the 64-value attention (fattn-turbo-prefill.cu): cell 0's exact rows x (F32 [D, n_head_kv,
 // ne3]; NaN rows skipped) over row 0 of each head of a decoded f16 cache shaped like t, and t as a contiguous tensor
 void ggml_cuda_turbo_cell0_f16(cudaStream_t stream, const ggml_tensor * x, const ggml_tensor * t, half * out);

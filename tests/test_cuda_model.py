@@ -25,14 +25,15 @@ def sim():
 
 
 @pytest.mark.parametrize("variant", [4, 8])
-@pytest.mark.parametrize("D", [128, 256])
+@pytest.mark.parametrize("D,qk", [(128, 128), (256, 128), (64, 64)])
 @pytest.mark.parametrize("kbits,vbits", [(3, 3), (2, 2), (3, 2), (2, 3)])
 @pytest.mark.parametrize("n_kv", [16, 50])
-def test_mma_fragment_model_matches_attention(sim, D, kbits, vbits, n_kv, variant):
-    O, L, O_ref, R = sim.simulate(D, kbits, vbits, n_kv, seed=D + 10 * kbits + vbits + n_kv, variant=variant)
+def test_mma_fragment_model_matches_attention(sim, D, qk, kbits, vbits, n_kv, variant):
+    """qk = 64: the 64-value types at D = 64 (their d = 64 codebooks, the kernel's QKB = 64 loads and fragments)"""
+    O, L, O_ref, R = sim.simulate(D, kbits, vbits, n_kv, seed=D + 10 * kbits + vbits + n_kv, variant=variant, qk=qk)
     out = O[:R] / L[:R, None]
     err = np.abs(out - O_ref[:R]).max() / np.abs(O_ref[:R]).max()
-    assert err < 1e-9, f"v{variant} D={D} K turbo{kbits} V turbo{vbits} n_kv={n_kv}: relative error {err:.3g}"
+    assert err < 1e-9, f"v{variant} D={D} qk={qk} K turbo{kbits} V turbo{vbits} n_kv={n_kv}: relative error {err:.3g}"
 
 
 def test_index_bytes_match_the_nibble_indexes(sim):
@@ -58,8 +59,8 @@ def test_model_notices_a_wrong_lane_mapping(sim, monkeypatch):
     """The model can fail: swapping the two keys of a V pair (a plausible kernel bug) is caught."""
     make = sim.pair_table
 
-    def swapped(bits):
-        t = make(bits)
+    def swapped(bits, qk=128):
+        t = make(bits, qk)
         return t[:, ::-1].copy()
     monkeypatch.setattr(sim, "pair_table", swapped)
     O, L, O_ref, R = sim.simulate(128, 3, 3, 50, seed=1)

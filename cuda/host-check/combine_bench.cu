@@ -77,9 +77,9 @@ static void launch_one(const int which, const float * acc, const float2 * meta, 
         cudaStream_t stream) {
     const dim3 grid(NCOLS, HKV, 1);
     if (which == 1) {
-        k_turbo_fattn_combine_warp<D, V_turbo, NCOLS><<<grid, D/4, 0, stream>>>(acc, meta, sinks, dst, n_split, 1, GQA, NQ, NHEAD);
+        k_turbo_fattn_combine_warp<D, QK_TURBO, V_turbo, NCOLS><<<grid, D/4, 0, stream>>>(acc, meta, sinks, dst, n_split, 1, GQA, NQ, NHEAD);
     } else {
-        k_turbo_fattn_combine_par<D, V_turbo, NCOLS><<<grid, TURBO_COMBINE_WARPS*WARP_SIZE, 0, stream>>>(acc, meta, sinks, dst,
+        k_turbo_fattn_combine_par<D, QK_TURBO, V_turbo, NCOLS><<<grid, TURBO_COMBINE_WARPS*WARP_SIZE, 0, stream>>>(acc, meta, sinks, dst,
             n_split, 1, GQA, NQ, NHEAD);
     }
 }

@@ -50,12 +50,12 @@ static inline uint16_t __ushort_as_half(const uint16_t h) { return h; }
 static inline float __half2float(const uint16_t h) { return turbo_fp16_to_fp32(h); }
 
 #include "turbo_helpers.inc"    // turbo_prescale (cuda/turbo-common.cuh)
-#include "turbo64_consts.inc"   // TURBO64_CUDA_C3, ... (cuda/turbo-64.cu)
+#include "turbo64_consts.inc"   // TURBO64_CUDA_C3, ... (cuda/turbo-common.cuh)
 static const float turbo64_d_c3[8] = TURBO64_CUDA_C3, turbo64_d_b3[7] = TURBO64_CUDA_B3;
 static const float turbo64_d_c2[4] = TURBO64_CUDA_C2, turbo64_d_b2[3] = TURBO64_CUDA_B2;
 static const float turbo64_d_c4[16] = TURBO64_CUDA_C4, turbo64_d_b4[15] = TURBO64_CUDA_B4;
 #define TURBO64_INV_SQRT 0.125f
-#include "turbo64_helpers.inc"  // the warp helpers (cuda/turbo-64.cu)
+#include "turbo64_helpers.inc"  // the 64-point FWHT (cuda/turbo-common.cuh) and the warp helpers (cuda/turbo-64.cu)
 
 static const int QK = QK_TURBO_64;
 
