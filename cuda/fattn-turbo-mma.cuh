@@ -425,12 +425,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     }
     // Q's RoPE deferred into this kernel (patch 0021): q comes from the ROPE's input. rope_once (one token, NB = 1):
     // every row has the same position, so the lane's cos and sin are computed once, while the q loads are in flight
-    // (128-value blocks only: the RoPE is not fused for the 64-value types, whose p.rope is empty)
-    float rc[4], rs[4];
-    if constexpr (QKB == QK_TURBO) {
-        if (NB == 1 && p.rope_once) {
-            turbo_rope_block_cs(p.rope, 0, p.rope.pos[0], lane, rc, rs);
-        }
+    float rc[QV], rs[QV];
+    if (NB == 1 && p.rope_once) {
+        turbo_rope_block_cs<QV>(p.rope, 0, p.rope.pos[0], lane, rc, rs);
     }
 #pragma unroll
     for (int i = 0; i < QT; ++i) {
@@ -439,12 +436,10 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         const int rho = rg*NR + r;
         // a pad row (a GQA group of 4 fills half of the 8) is zeros, loaded as such: no RoPE, no FWHT (warp-uniform)
         if (rho < R) {
-            if constexpr (QKB == QK_TURBO) {
-                if (NB == 1 && p.rope_once) {
-                    turbo_rope_apply(p.rope, qv[i], 0, rc, rs, lane);
-                } else if (p.rope.pos) {
-                    turbo_rope_block(p.rope, qv[i], blk*QK_TURBO, p.rope.pos[rho / p.gqa], lane);
-                }
+            if (NB == 1 && p.rope_once) {
+                turbo_rope_apply<QV>(p.rope, qv[i], 0, rc, rs, lane);
+            } else if (p.rope.pos) {
+                turbo_rope_block<QV>(p.rope, qv[i], blk*QKB, p.rope.pos[rho / p.gqa], lane);
             }
             if (K_TURBO) {
 #pragma unroll

@@ -223,7 +223,7 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     // the RoPE's cos/sin once per lane for a decode step's rows (one token: every row has the same position; the
     // pad rows skipped). Run 17: the fused RoPE made the kernel 6.98 -> 8.34 us at depth 0, each lane computing
     // them for both of its rows; run 18: 8.91 -> 8.04 us with them once
-    p.rope_once = rope && n_q == 1 && D == 128 ? 1 : 0;
+    p.rope_once = rope && n_q == 1 && D == (ggml_cuda_is_turbo64_type(V->type) ? QK_TURBO_64 : QK_TURBO) ? 1 : 0;
     if (rope) {   // Q views the ROPE's output; its input has the same layout (ggml_cuda_turbo_rope_fa_fusable)
         ggml_cuda_turbo_rope_params(rope, p.rope);
         p.Q = (const char *) rope->src[0]->data + ((const char *) Q->data - (const char *) rope->data);
@@ -345,7 +345,8 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
 // (run 17, depth 0: 32 rope launches of 2.3 us gone, the attention kernel 6.98 -> 8.34 us, 75 us less kernel time
 // per token; tg128 325.4 -> 328.1 t/s at depth 0, 252.1 -> 255.2 at 32K). Returns how many
 // nodes after the ROPE (node i) the fused attention takes, or 0. The RoPEs that 0018's K write does
-// (ggml_cuda_turbo_rope_on_load_ok); the tensor-core kernel only; the ROPE's input read in place of its output (same layout).
+// (ggml_cuda_turbo_rope_on_load_ok); the tensor-core kernel only (128-value K, or the 64-value types at D = 64); the
+// ROPE's input read in place of its output (same layout).
 int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
     const ggml_tensor * rope = cgraph->nodes[i];
     if (rope->op != GGML_OP_ROPE || ggml_node_get_use_count(cgraph, i) != 1) {
@@ -368,7 +369,8 @@ int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
             // get stream 0's positions; those graphs keep upstream's ROPE kernel
             return q != rope && n->src[0] == q && q->view_src == rope && ggml_cuda_turbo_fattn_pair_supported(n) &&
                 n->src[0]->ne[1] <= GGML_CUDA_TURBO_FA_MAX_BATCH && n->src[0]->ne[0] == D && n->src[0]->ne[3] == 1 &&
-                ggml_cuda_is_turbo128_type(n->src[1]->type) && turbo_fattn_uses_mma(n->src[1], n->src[2]) ? j - i : 0;
+                ((ggml_cuda_is_turbo128_type(n->src[1]->type) && turbo_fattn_uses_mma(n->src[1], n->src[2])) ||
+                 ggml_cuda_turbo64_fattn_fused(n)) ? j - i : 0;
         }
         if (!ggml_op_is_empty(n->op)) {
             return 0;   // another computed node in between

@@ -3,9 +3,9 @@
 // turbo-codebooks-64.h, 26 / 18 / 34 bytes per block).
 //
 // One warp per 64-value block everywhere here (lane l holds values l and l + 32):
-//   - the KV write (SET_ROWS f32/f16 -> _64, with cell 0's exact rows of ggml_set_rows_cell0) and CPY to _64: the same
-//     float operations as quantize_row_turbo*_64_ref in the same order, explicitly rounded (bit-exact with the CPU);
-//     the fused writes of turbo.cu (the key offset's SUB, the K/V pair, K's RoPE) decline _64, so those run unfused;
+//   - CPY to _64: the same float operations as quantize_row_turbo*_64_ref in the same order, explicitly rounded
+//     (bit-exact with the CPU; the warp helpers in turbo-common.cuh). The KV write (SET_ROWS, fused or not) is turbo.cu's
+//     warp kernel at either block size;
 //   - the reads (GET_ROWS, CPY _64 -> f32/f16, the to_fp16/to_fp32 conversions): dequantize_row_turbo*_64's operations;
 //   - flash attention (the prefill; the decode where the tensor-core kernel does not take it, ggml_cuda_turbo64_fattn_fused:
 //     other head sizes, q8_0 / f16 partners, GPUs before Ampere) as fattn-turbo-prefill.cu does for the 128-value types:
@@ -21,7 +21,7 @@
 
 #define TURBO64_WARPS_PER_BLOCK 8
 
-static void turbo64_check_tables(void) {
+void ggml_cuda_turbo64_check_tables(void) {
     ggml_cuda_turbo_check_tables();   // the sign words (a 64-value block takes the first two)
     static bool checked = false;
     if (checked) {
@@ -51,306 +51,6 @@ template <> __device__ __forceinline__ float turbo64_to_f32<half>(half x) { retu
 template <typename T> static __device__ __forceinline__ T turbo64_from_f32(float x) { return (T) x; }
 template <> __device__ __forceinline__ half turbo64_from_f32<half>(float x) { return __float2half_rn(x); }
 
-// ---- the block in one warp: value lane + 32k in v[k], k = 0, 1 -------------------------------------------------------
-// (from here to "end of the warp helpers", cuda/host-check/turbo64_check.sh compiles the code as host code with the
-// warp's 32 lanes emulated, against the C reference)
-static __device__ __forceinline__ float turbo64_centroid(const int bits, const int c) {
-    return bits == 4 ? turbo64_d_c4[c] : bits == 3 ? turbo64_d_c3[c] : turbo64_d_c2[c];
-}
-static __device__ __forceinline__ float turbo64_boundary(const int bits, const int b) {
-    return bits == 4 ? turbo64_d_b4[b] : bits == 3 ? turbo64_d_b3[b] : turbo64_d_b2[b];
-}
-
-
-// pairwise tree sum of 64 values (s[i] += s[i + h], h = 32..1), broadcast to all lanes
-static __device__ __forceinline__ float turbo64_warp_tree_sum(const float s[2]) {
-    float a = __fadd_rn(s[0], s[1]);   // h = 32
-#pragma unroll
-    for (int h = 16; h >= 1; h /= 2) {
-        a = __fadd_rn(a, __shfl_down_sync(0xffffffff, a, h));
-    }
-    return __shfl_sync(0xffffffff, a, 0);
-}
-
-template <int bits>
-static __device__ __forceinline__ int turbo64_code_of(const float y, float & cv) {
-    int c = 0;
-    cv = turbo64_centroid(bits, 0);
-#pragma unroll
-    for (int b = 0; b < (1 << bits) - 1; ++b) {
-        if (y > turbo64_boundary(bits, b)) {
-            c = b + 1;
-            cv = turbo64_centroid(bits, b + 1);
-        }
-    }
-    return c;
-}
-
-// turbo_encode_block (cpu_ref/ggml-turbo.c) for qk = 64: returns the FP16 norm bits, codes[k] of value lane + 32k
-// (all 0 for the zero block)
-template <int bits>
-static __device__ __forceinline__ uint16_t turbo64_warp_encode(const float x[2], int codes[2], const int lane) {
-    bool bad = false;
-    float amax = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-        bad |= (__float_as_uint(x[k]) & 0x7f800000u) == 0x7f800000u;
-        const float a = fabsf(x[k]);
-        amax = a > amax ? a : amax;
-        codes[k] = 0;
-    }
-    bad = __any_sync(0xffffffff, bad);
-#pragma unroll
-    for (int h = 16; h >= 1; h /= 2) {
-        const float o = __shfl_xor_sync(0xffffffff, amax, h);
-        amax = o > amax ? o : amax;
-    }
-    if (bad || amax == 0.0f) {
-        return 0;
-    }
-    int e = 0;
-    float p1 = 1.0f, p2 = 1.0f;
-    if (amax > TURBO_CUDA_BIG_AMAX) {
-        e = turbo_prescale(amax, p1, p2);
-    }
-    float t[2];
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-        t[k] = e != 0 ? __fmul_rn(__fmul_rn(x[k], p1), p2) : x[k];
-        if (turbo_sign_neg(lane + 32*k)) {
-            t[k] = -t[k];
-        }
-    }
-    turbo64_warp_fwht(t, lane);
-    float s[2];
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-        s[k] = __fmul_rn(t[k], t[k]);
-    }
-    const float len = __fsqrt_rn(turbo64_warp_tree_sum(s));
-    if (!(len > 0.0f)) {
-        return 0;
-    }
-    const float inv = __fdiv_rn(1.0f, len);
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-        float cv;
-        codes[k] = turbo64_code_of<bits>(__fmul_rn(t[k], inv), cv);
-        s[k] = __fmul_rn(cv, cv);
-    }
-    const float clen = __fsqrt_rn(turbo64_warp_tree_sum(s));
-    float norm = __fdiv_rn(__fmul_rn(len, TURBO64_INV_SQRT), clen);
-    if (e != 0) {
-        const int e1 = e / 2, e2 = e - e / 2;
-        norm = __fmul_rn(__fmul_rn(norm, __uint_as_float((uint32_t) (127 + e1) << 23)),
-                         __uint_as_float((uint32_t) (127 + e2) << 23));
-    }
-    if (!(norm <= TURBO_CUDA_FP16_MAX)) {
-        norm = TURBO_CUDA_FP16_MAX;
-    }
-    return __half_as_ushort(__float2half_rn(norm));
-}
-
-// the block (norm + packed codes) from the warp's codes; a zero norm stores all codes 0
-template <int bits>
-static __device__ __forceinline__ void turbo64_warp_store(uint8_t * dst_block, const uint16_t norm, const int codes[2], const int lane) {
-    uint8_t * qs = dst_block + 2;
-    if (lane == 0) {
-        // the norm as two bytes: a 64-value block of 18 or 26 bytes is 2-byte aligned, but keep to bytes as the rows may
-        // start anywhere a view puts them
-        dst_block[0] = (uint8_t) (norm & 0xff);
-        dst_block[1] = (uint8_t) (norm >> 8);
-    }
-    if (bits == 4) {
-        // byte j = code 2j | code 2j+1 << 4 (j = lane): codes 2l, 2l+1 sit in lanes (2l) % 32, (2l+1) % 32, slot l / 16
-        const int w = codes[0] | (codes[1] << 4);
-        const int o0 = __shfl_sync(0xffffffff, w, (2*lane) & 31);
-        const int o1 = __shfl_sync(0xffffffff, w, (2*lane + 1) & 31);
-        const int s = 4*(lane >> 4);
-        qs[lane] = norm ? (uint8_t) (((o0 >> s) & 15) | (((o1 >> s) & 15) << 4)) : 0;
-        return;
-    }
-    // low plane byte j (j = lane < 16): codes 4j..4j+3 in lanes (4j+m) % 32, slot j / 8
-    const int w = codes[0] | (codes[1] << 3);
-    const int kk = (lane >> 3) & 1;
-    int lo = 0;
-#pragma unroll
-    for (int m = 0; m < 4; ++m) {
-        const int o = __shfl_sync(0xffffffff, w, (4*lane + m) & 31);
-        lo |= ((o >> (3*kk)) & 3) << (2*m);
-    }
-    const uint32_t hb0 = __ballot_sync(0xffffffff, (codes[0] >> 2) & 1);
-    const uint32_t hb1 = __ballot_sync(0xffffffff, (codes[1] >> 2) & 1);
-    if (lane < 16) {
-        qs[lane] = norm ? (uint8_t) lo : 0;
-    }
-    if (bits == 3 && lane < 8) {   // high plane byte j = bit 2 of codes 8j..8j+7
-        const uint32_t word = lane < 4 ? hb0 : hb1;
-        qs[16 + lane] = norm ? (uint8_t) (word >> (8*(lane & 3))) : 0;
-    }
-}
-
-static __device__ __forceinline__ uint16_t turbo64_load_norm(const uint8_t * b) {
-    return (uint16_t) (b[0] | (b[1] << 8));
-}
-
-// code i of a block's qs
-template <int bits>
-static __device__ __forceinline__ int turbo64_code(const uint8_t * qs, const int i) {
-    if (bits == 4) {
-        return (qs[i >> 1] >> (4*(i & 1))) & 15;
-    }
-    int c = (qs[i >> 2] >> (2*(i & 3))) & 3;
-    if (bits == 3) {
-        c |= ((qs[16 + (i >> 3)] >> (i & 7)) & 1) << 2;
-    }
-    return c;
-}
-
-// dequantize_row_turbo*_64 of one block: x[k] = value lane + 32k
-template <int bits>
-static __device__ __forceinline__ void turbo64_warp_decode(const uint8_t * blk, float x[2], const int lane) {
-    const float scale = __fmul_rn(__half2float(__ushort_as_half(turbo64_load_norm(blk))), TURBO64_INV_SQRT);
-    const float book = turbo64_centroid(bits, lane & ((1 << bits) - 1));
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-        const int c = turbo64_code<bits>(blk + 2, lane + 32*k);
-        x[k] = __fmul_rn(__shfl_sync(0xffffffff, book, c), scale);
-    }
-    turbo64_warp_fwht(x, lane);
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-        if (turbo_sign_neg(lane + 32*k)) {
-            x[k] = -x[k];
-        }
-    }
-}
-
-// the block in the decoder's rotated domain (norm x centroid, as f32 before any rounding to f16): x[k] of value lane + 32k
-template <int bits>
-static __device__ __forceinline__ void turbo64_warp_decode_rotated(const uint8_t * blk, float x[2], const int lane) {
-    const float norm = __half2float(__ushort_as_half(turbo64_load_norm(blk)));
-    const float book = turbo64_centroid(bits, lane & ((1 << bits) - 1));
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-        const int c = turbo64_code<bits>(blk + 2, lane + 32*k);
-        x[k] = norm*__shfl_sync(0xffffffff, book, c);
-    }
-}
-
-// R x = H D x (H normalized) of the warp's block, the same float operations as turbo_rotate_forward_qk
-static __device__ __forceinline__ void turbo64_warp_rotate(float v[2], const int lane) {
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-        v[k] = turbo_sign_neg(lane + 32*k) ? -v[k] : v[k];
-    }
-    turbo64_warp_fwht(v, lane);
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-        v[k] = __fmul_rn(v[k], TURBO64_INV_SQRT);
-    }
-}
-
-// R^-1 x = D H x, as turbo_rotate_inverse_qk
-static __device__ __forceinline__ void turbo64_warp_unrotate(float v[2], const int lane) {
-    turbo64_warp_fwht(v, lane);
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-        v[k] = __fmul_rn(v[k], TURBO64_INV_SQRT);
-        v[k] = turbo_sign_neg(lane + 32*k) ? -v[k] : v[k];
-    }
-}
-
-// ---- end of the warp helpers
-
-// ---- SET_ROWS ---------------------------------------------------------------------------------------------------------
-
-// one warp per 64-value block of src0 (element strides s0*, s1*; dst byte strides); c0: cell 0's exact rows
-// (ggml_set_rows_cell0: a row stored into a destination row r with r % kv == 0 also goes, rotated, to row r / kv of c0)
-template <typename src_t, typename idx_t, int bits>
-static __global__ void k_turbo64_set_rows(const src_t * __restrict__ src0, const idx_t * __restrict__ src1, char * __restrict__ dst,
-        const int64_t nblk, const int64_t nbr, const int64_t ne01, const int64_t ne02, const int64_t ne11, const int64_t ne12,
-        const int64_t s01, const int64_t s02, const int64_t s03, const int64_t s10, const int64_t s11, const int64_t s12,
-        const size_t nb1, const size_t nb2, const size_t nb3, const int bs, float * __restrict__ c0, const int64_t c0_ne0,
-        const int64_t kv) {
-    const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
-    const int lane = threadIdx.x % WARP_SIZE;
-    if (wid >= nblk) {
-        return;
-    }
-    int64_t r = wid / nbr;
-    const int64_t ib  = wid - r*nbr;
-    const int64_t i01 = r % ne01; r /= ne01;
-    const int64_t i02 = r % ne02;
-    const int64_t i03 = r / ne02;
-    const int64_t i12 = i03 % ne12;
-    const int64_t i11 = i02 % ne11;
-    const int64_t dst_row = (int64_t) src1[i01*s10 + i11*s11 + i12*s12];
-
-    const src_t * x = src0 + i01*s01 + i02*s02 + i03*s03 + ib*QK_TURBO_64;
-    float v[2];
-#pragma unroll
-    for (int k = 0; k < 2; ++k) {
-        v[k] = turbo64_to_f32(x[lane + 32*k]);
-    }
-    if (c0 && dst_row % kv == 0) {
-        float t[2] = { v[0], v[1] };
-        turbo64_warp_rotate(t, lane);
-        float * y = c0 + (dst_row / kv)*c0_ne0 + ib*QK_TURBO_64;
-        y[lane]      = t[0];
-        y[lane + 32] = t[1];
-    }
-    int codes[2];
-    const uint16_t h = turbo64_warp_encode<bits>(v, codes, lane);
-    turbo64_warp_store<bits>((uint8_t *) (dst + dst_row*nb1 + i02*nb2 + i03*nb3 + ib*bs), h, codes, lane);
-}
-
-template <typename src_t, typename idx_t>
-static void turbo64_set_rows_launch(cudaStream_t stream, const ggml_tensor * src0, const ggml_tensor * src1, ggml_tensor * dst) {
-    GGML_TENSOR_BINARY_OP_LOCALS
-    GGML_ASSERT(ne00 % QK_TURBO_64 == 0 && nb00 == sizeof(src_t));
-    const int64_t nbr  = ne00 / QK_TURBO_64;
-    const int64_t nblk = nbr*ne01*ne02*ne03;
-    if (nblk == 0) {
-        return;
-    }
-    const ggml_tensor * c0t = dst->src[3];   // ggml_set_rows_cell0
-    float * c0 = nullptr;
-    int64_t c0_ne0 = 0, kv = 1;
-    if (c0t) {
-        GGML_ASSERT(c0t->type == GGML_TYPE_F32 && ggml_is_contiguous(c0t) && c0t->ne[0] == dst->ne[0]);
-        GGML_ASSERT(dst->ne[2] == 1 && dst->ne[3] == 1 && dst->ne[1] % c0t->ne[1] == 0);
-        c0 = (float *) c0t->data;
-        c0_ne0 = c0t->ne[0];
-        kv = dst->ne[1] / c0t->ne[1];
-    }
-    const int bits = turbo64_bits(dst->type);
-    const auto kernel = bits == 4 ? k_turbo64_set_rows<src_t, idx_t, 4> : bits == 3 ? k_turbo64_set_rows<src_t, idx_t, 3> :
-                                    k_turbo64_set_rows<src_t, idx_t, 2>;
-    kernel<<<turbo64_grid(nblk), TURBO64_WARPS_PER_BLOCK*WARP_SIZE, 0, stream>>>(
-        (const src_t *) src0->data, (const idx_t *) src1->data, (char *) dst->data, nblk, nbr, ne01, ne02, ne11, ne12,
-        (int64_t) (nb01/sizeof(src_t)), (int64_t) (nb02/sizeof(src_t)), (int64_t) (nb03/sizeof(src_t)),
-        (int64_t) (nb10/sizeof(idx_t)), (int64_t) (nb11/sizeof(idx_t)), (int64_t) (nb12/sizeof(idx_t)),
-        nb1, nb2, nb3, (int) ggml_type_size(dst->type), c0, c0_ne0, kv);
-    CUDA_CHECK(cudaGetLastError());
-}
-
-void ggml_cuda_turbo64_set_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
-    turbo64_check_tables();
-    const ggml_tensor * src0 = dst->src[0];
-    const ggml_tensor * src1 = dst->src[1];
-    GGML_ASSERT(ggml_cuda_is_turbo64_type(dst->type));
-    GGML_ASSERT(src0->type == GGML_TYPE_F32 || src0->type == GGML_TYPE_F16);
-    GGML_ASSERT(src1->type == GGML_TYPE_I64 || src1->type == GGML_TYPE_I32);
-    cudaStream_t stream = ctx.stream();
-    if (src0->type == GGML_TYPE_F32) {
-        if (src1->type == GGML_TYPE_I64) turbo64_set_rows_launch<float, int64_t>(stream, src0, src1, dst);
-        else                             turbo64_set_rows_launch<float, int32_t>(stream, src0, src1, dst);
-    } else {
-        if (src1->type == GGML_TYPE_I64) turbo64_set_rows_launch<half, int64_t>(stream, src0, src1, dst);
-        else                             turbo64_set_rows_launch<half, int32_t>(stream, src0, src1, dst);
-    }
-}
 
 // ---- CPY --------------------------------------------------------------------------------------------------------------
 
@@ -424,7 +124,7 @@ bool ggml_cuda_turbo64_cpy_supported(const ggml_tensor * src0, const ggml_tensor
 }
 
 void ggml_cuda_turbo64_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, ggml_tensor * src1) {
-    turbo64_check_tables();
+    ggml_cuda_turbo64_check_tables();
     GGML_ASSERT(ggml_cuda_turbo64_cpy_supported(src0, src1));
     GGML_ASSERT(ggml_nelements(src0) == ggml_nelements(src1));
     const int64_t nblk = ggml_nelements(src0) / QK_TURBO_64;
@@ -494,7 +194,7 @@ static __global__ void k_turbo64_get_rows(const char * __restrict__ src0, const 
 }
 
 void ggml_cuda_turbo64_get_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
-    turbo64_check_tables();
+    ggml_cuda_turbo64_check_tables();
     const ggml_tensor * src0 = dst->src[0];
     const ggml_tensor * src1 = dst->src[1];
     GGML_TENSOR_BINARY_OP_LOCALS
@@ -703,7 +403,7 @@ bool ggml_cuda_turbo64_fattn_supported(const ggml_tensor * dst) {
 }
 
 void ggml_cuda_turbo64_fattn(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
-    turbo64_check_tables();
+    ggml_cuda_turbo64_check_tables();
     const ggml_tensor * Q = dst->src[0];
     const ggml_tensor * K = dst->src[1];
     const ggml_tensor * V = dst->src[2];

@@ -242,6 +242,219 @@ static __device__ __forceinline__ void turbo64_warp_fwht(float v[2], const int l
 }
 // ---- end of the 64-point FWHT
 
+// ---- the block in one warp: value lane + 32k in v[k], k = 0, 1 -------------------------------------------------------
+// (the 64-value types' writes in turbo.cu, their reads in turbo-64.cu; from here to "end of the warp helpers",
+// cuda/host-check/turbo64_check.sh compiles the code as host code with the warp's 32 lanes emulated, against the C
+// reference)
+static __device__ __forceinline__ float turbo64_centroid(const int bits, const int c) {
+    return bits == 4 ? turbo64_d_c4[c] : bits == 3 ? turbo64_d_c3[c] : turbo64_d_c2[c];
+}
+static __device__ __forceinline__ float turbo64_boundary(const int bits, const int b) {
+    return bits == 4 ? turbo64_d_b4[b] : bits == 3 ? turbo64_d_b3[b] : turbo64_d_b2[b];
+}
+
+
+// pairwise tree sum of 64 values (s[i] += s[i + h], h = 32..1), broadcast to all lanes
+static __device__ __forceinline__ float turbo64_warp_tree_sum(const float s[2]) {
+    float a = __fadd_rn(s[0], s[1]);   // h = 32
+#pragma unroll
+    for (int h = 16; h >= 1; h /= 2) {
+        a = __fadd_rn(a, __shfl_down_sync(0xffffffff, a, h));
+    }
+    return __shfl_sync(0xffffffff, a, 0);
+}
+
+template <int bits>
+static __device__ __forceinline__ int turbo64_code_of(const float y, float & cv) {
+    int c = 0;
+    cv = turbo64_centroid(bits, 0);
+#pragma unroll
+    for (int b = 0; b < (1 << bits) - 1; ++b) {
+        if (y > turbo64_boundary(bits, b)) {
+            c = b + 1;
+            cv = turbo64_centroid(bits, b + 1);
+        }
+    }
+    return c;
+}
+
+// turbo_encode_block (cpu_ref/ggml-turbo.c) for qk = 64: returns the FP16 norm bits, codes[k] of value lane + 32k
+// (all 0 for the zero block)
+template <int bits>
+static __device__ __forceinline__ uint16_t turbo64_warp_encode(const float x[2], int codes[2], const int lane) {
+    bool bad = false;
+    float amax = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        bad |= (__float_as_uint(x[k]) & 0x7f800000u) == 0x7f800000u;
+        const float a = fabsf(x[k]);
+        amax = a > amax ? a : amax;
+        codes[k] = 0;
+    }
+    bad = __any_sync(0xffffffff, bad);
+#pragma unroll
+    for (int h = 16; h >= 1; h /= 2) {
+        const float o = __shfl_xor_sync(0xffffffff, amax, h);
+        amax = o > amax ? o : amax;
+    }
+    if (bad || amax == 0.0f) {
+        return 0;
+    }
+    int e = 0;
+    float p1 = 1.0f, p2 = 1.0f;
+    if (amax > TURBO_CUDA_BIG_AMAX) {
+        e = turbo_prescale(amax, p1, p2);
+    }
+    float t[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        t[k] = e != 0 ? __fmul_rn(__fmul_rn(x[k], p1), p2) : x[k];
+        if (turbo_sign_neg(lane + 32*k)) {
+            t[k] = -t[k];
+        }
+    }
+    turbo64_warp_fwht(t, lane);
+    float s[2];
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        s[k] = __fmul_rn(t[k], t[k]);
+    }
+    const float len = __fsqrt_rn(turbo64_warp_tree_sum(s));
+    if (!(len > 0.0f)) {
+        return 0;
+    }
+    const float inv = __fdiv_rn(1.0f, len);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        float cv;
+        codes[k] = turbo64_code_of<bits>(__fmul_rn(t[k], inv), cv);
+        s[k] = __fmul_rn(cv, cv);
+    }
+    const float clen = __fsqrt_rn(turbo64_warp_tree_sum(s));
+    float norm = __fdiv_rn(__fmul_rn(len, TURBO64_INV_SQRT), clen);
+    if (e != 0) {
+        const int e1 = e / 2, e2 = e - e / 2;
+        norm = __fmul_rn(__fmul_rn(norm, __uint_as_float((uint32_t) (127 + e1) << 23)),
+                         __uint_as_float((uint32_t) (127 + e2) << 23));
+    }
+    if (!(norm <= TURBO_CUDA_FP16_MAX)) {
+        norm = TURBO_CUDA_FP16_MAX;
+    }
+    return __half_as_ushort(__float2half_rn(norm));
+}
+
+// the block (norm + packed codes) from the warp's codes; a zero norm stores all codes 0
+template <int bits>
+static __device__ __forceinline__ void turbo64_warp_store(uint8_t * dst_block, const uint16_t norm, const int codes[2], const int lane) {
+    uint8_t * qs = dst_block + 2;
+    if (lane == 0) {
+        // the norm as two bytes: a 64-value block of 18 or 26 bytes is 2-byte aligned, but keep to bytes as the rows may
+        // start anywhere a view puts them
+        dst_block[0] = (uint8_t) (norm & 0xff);
+        dst_block[1] = (uint8_t) (norm >> 8);
+    }
+    if (bits == 4) {
+        // byte j = code 2j | code 2j+1 << 4 (j = lane): codes 2l, 2l+1 sit in lanes (2l) % 32, (2l+1) % 32, slot l / 16
+        const int w = codes[0] | (codes[1] << 4);
+        const int o0 = __shfl_sync(0xffffffff, w, (2*lane) & 31);
+        const int o1 = __shfl_sync(0xffffffff, w, (2*lane + 1) & 31);
+        const int s = 4*(lane >> 4);
+        qs[lane] = norm ? (uint8_t) (((o0 >> s) & 15) | (((o1 >> s) & 15) << 4)) : 0;
+        return;
+    }
+    // low plane byte j (j = lane < 16): codes 4j..4j+3 in lanes (4j+m) % 32, slot j / 8
+    const int w = codes[0] | (codes[1] << 3);
+    const int kk = (lane >> 3) & 1;
+    int lo = 0;
+#pragma unroll
+    for (int m = 0; m < 4; ++m) {
+        const int o = __shfl_sync(0xffffffff, w, (4*lane + m) & 31);
+        lo |= ((o >> (3*kk)) & 3) << (2*m);
+    }
+    const uint32_t hb0 = __ballot_sync(0xffffffff, (codes[0] >> 2) & 1);
+    const uint32_t hb1 = __ballot_sync(0xffffffff, (codes[1] >> 2) & 1);
+    if (lane < 16) {
+        qs[lane] = norm ? (uint8_t) lo : 0;
+    }
+    if (bits == 3 && lane < 8) {   // high plane byte j = bit 2 of codes 8j..8j+7
+        const uint32_t word = lane < 4 ? hb0 : hb1;
+        qs[16 + lane] = norm ? (uint8_t) (word >> (8*(lane & 3))) : 0;
+    }
+}
+
+static __device__ __forceinline__ uint16_t turbo64_load_norm(const uint8_t * b) {
+    return (uint16_t) (b[0] | (b[1] << 8));
+}
+
+// code i of a block's qs
+template <int bits>
+static __device__ __forceinline__ int turbo64_code(const uint8_t * qs, const int i) {
+    if (bits == 4) {
+        return (qs[i >> 1] >> (4*(i & 1))) & 15;
+    }
+    int c = (qs[i >> 2] >> (2*(i & 3))) & 3;
+    if (bits == 3) {
+        c |= ((qs[16 + (i >> 3)] >> (i & 7)) & 1) << 2;
+    }
+    return c;
+}
+
+// dequantize_row_turbo*_64 of one block: x[k] = value lane + 32k
+template <int bits>
+static __device__ __forceinline__ void turbo64_warp_decode(const uint8_t * blk, float x[2], const int lane) {
+    const float scale = __fmul_rn(__half2float(__ushort_as_half(turbo64_load_norm(blk))), TURBO64_INV_SQRT);
+    const float book = turbo64_centroid(bits, lane & ((1 << bits) - 1));
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        const int c = turbo64_code<bits>(blk + 2, lane + 32*k);
+        x[k] = __fmul_rn(__shfl_sync(0xffffffff, book, c), scale);
+    }
+    turbo64_warp_fwht(x, lane);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        if (turbo_sign_neg(lane + 32*k)) {
+            x[k] = -x[k];
+        }
+    }
+}
+
+// the block in the decoder's rotated domain (norm x centroid, as f32 before any rounding to f16): x[k] of value lane + 32k
+template <int bits>
+static __device__ __forceinline__ void turbo64_warp_decode_rotated(const uint8_t * blk, float x[2], const int lane) {
+    const float norm = __half2float(__ushort_as_half(turbo64_load_norm(blk)));
+    const float book = turbo64_centroid(bits, lane & ((1 << bits) - 1));
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        const int c = turbo64_code<bits>(blk + 2, lane + 32*k);
+        x[k] = norm*__shfl_sync(0xffffffff, book, c);
+    }
+}
+
+// R x = H D x (H normalized) of the warp's block, the same float operations as turbo_rotate_forward_qk
+static __device__ __forceinline__ void turbo64_warp_rotate(float v[2], const int lane) {
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        v[k] = turbo_sign_neg(lane + 32*k) ? -v[k] : v[k];
+    }
+    turbo64_warp_fwht(v, lane);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        v[k] = __fmul_rn(v[k], TURBO64_INV_SQRT);
+    }
+}
+
+// R^-1 x = D H x, as turbo_rotate_inverse_qk
+static __device__ __forceinline__ void turbo64_warp_unrotate(float v[2], const int lane) {
+    turbo64_warp_fwht(v, lane);
+#pragma unroll
+    for (int k = 0; k < 2; ++k) {
+        v[k] = __fmul_rn(v[k], TURBO64_INV_SQRT);
+        v[k] = turbo_sign_neg(lane + 32*k) ? -v[k] : v[k];
+    }
+}
+
+// ---- end of the warp helpers
+
 // Pairwise tree sum of 128 values (s[i] += s[i+h], h = 64..1), result broadcast to all lanes.
 static __device__ __forceinline__ float turbo_warp_tree_sum(const float s[4]) {
     float a = __fadd_rn(s[0], s[2]);          // h = 64: i = lane
@@ -427,13 +640,15 @@ static __device__ __forceinline__ void turbo_rope_cs(const turbo_rope & r, const
     s = sinf(theta)*mscale;
 }
 
-// the lane's cos and sin for its values lane + 32k of the block that starts at index e0 of its head (1 and 0 for
-// values outside the rotated dims, which turbo_rope_apply leaves as they are)
+// the lane's cos and sin for its values lane + 32k (k < NV: 4 in a 128-value block, 2 in a 64-value one) of the block
+// that starts at index e0 of its head (1 and 0 for values outside the rotated dims, which turbo_rope_apply leaves as
+// they are)
+template <int NV = 4>
 static __device__ __forceinline__ void turbo_rope_block_cs(const turbo_rope & r, const int e0, const int32_t pos,
-        const int lane, float c[4], float s[4]) {
+        const int lane, float c[NV], float s[NV]) {
     const float p = (float) pos;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < NV; ++k) {
         const int e = e0 + lane + 32*k;
         c[k] = 1.0f; s[k] = 0.0f;
         if (e >= r.n_offs && e < r.n_offs + r.n_dims) {
@@ -444,15 +659,16 @@ static __device__ __forceinline__ void turbo_rope_block_cs(const turbo_rope & r,
 }
 
 // rotates the warp's block with the lane's cos and sin (turbo_rope_block_cs): normal pairs (2m, 2m + 1) sit in
-// neighbouring lanes, neox pairs (m, m + 64) of a 128-wide head in the same lane (the host checks this). A neox pair
-// of a 256-wide head spans the head's two blocks: those RoPEs stay upstream's (ggml_cuda_turbo_rope_on_load_ok)
-static __device__ __forceinline__ void turbo_rope_apply(const turbo_rope & r, float v[4], const int e0, const float c[4],
-        const float s[4], const int lane) {
-    float o[4];
+// neighbouring lanes, neox pairs (m, m + 16 NV) of a head as wide as the block in the same lane (the host checks this).
+// A neox pair of a wider head spans two blocks: those RoPEs stay upstream's (ggml_cuda_turbo_rope_on_load_ok)
+template <int NV = 4>
+static __device__ __forceinline__ void turbo_rope_apply(const turbo_rope & r, float v[NV], const int e0, const float c[NV],
+        const float s[NV], const int lane) {
+    float o[NV];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < NV; ++k) {
         const int e = e0 + lane + 32*k;
-        const float partner = r.neox ? v[k ^ 2] : __shfl_xor_sync(0xffffffff, v[k], 1);
+        const float partner = r.neox ? v[k ^ (NV/2)] : __shfl_xor_sync(0xffffffff, v[k], 1);
         o[k] = v[k];
         if (e < r.n_offs || e >= r.n_offs + r.n_dims) {
             continue;
@@ -462,17 +678,18 @@ static __device__ __forceinline__ void turbo_rope_apply(const turbo_rope & r, fl
         o[k] = first ? x0*c[k] - x1*s[k] : x0*s[k] + x1*c[k];
     }
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < NV; ++k) {
         v[k] = o[k];
     }
 }
 
 // rotates the warp's block: value lane + 32k sits at index e0 + lane + 32k of its head
-static __device__ __forceinline__ void turbo_rope_block(const turbo_rope & r, float v[4], const int e0, const int32_t pos,
+template <int NV = 4>
+static __device__ __forceinline__ void turbo_rope_block(const turbo_rope & r, float v[NV], const int e0, const int32_t pos,
         const int lane) {
-    float c[4], s[4];
-    turbo_rope_block_cs(r, e0, pos, lane, c, s);
-    turbo_rope_apply(r, v, e0, c, s, lane);
+    float c[NV], s[NV];
+    turbo_rope_block_cs<NV>(r, e0, pos, lane, c, s);
+    turbo_rope_apply<NV>(r, v, e0, c, s, lane);
 }
 
 // the ROPE node's parameters (host); r.pos = its positions, r.freq_factors = its frequency factors or nullptr

@@ -1,5 +1,7 @@
 // turbo-llama: write path (SET_ROWS, CPY to turbo) and read path (GET_ROWS, CPY from turbo, to_fp16/fp32)
 // for the turbo4/turbo3/turbo2 KV-cache types. One warp per 128-value block; bit-exact with cpu_ref/ggml-turbo.c.
+// The SET_ROWS kernels and their fused forms (key offset, K/V pair, K's RoPE) serve the 64-value types too (one warp
+// per 64-value block, their encoder from turbo-common.cuh); their other ops are turbo-64.cu's.
 #include "turbo-common.cuh"
 #include "turbo.cuh"
 #include "turbo-encode-t2.cuh"
@@ -41,7 +43,12 @@ void ggml_cuda_turbo_check_tables(void) {
 }
 
 static inline int turbo_bits(ggml_type t) {
-    return t == GGML_TYPE_TURBO4 ? 4 : t == GGML_TYPE_TURBO3 ? 3 : 2;
+    return t == GGML_TYPE_TURBO4 || t == GGML_TYPE_TURBO4_64 ? 4 : t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO3_64 ? 3 : 2;
+}
+
+// the values of one block of a turbo type
+static inline int turbo_qk(ggml_type t) {
+    return ggml_cuda_is_turbo64_type(t) ? QK_TURBO_64 : QK_TURBO;
 }
 
 static inline dim3 turbo_grid(int64_t nblk) {
@@ -71,63 +78,78 @@ struct turbo_set_rows_job {
     uint3 fd_kv;
 };
 
-// the warp's 128 values (value lane + 32k) rotated as the decoder's output is (H D x, H normalized: the same float
+// the warp's qk values (value lane + 32k) rotated as the decoder's output is (H D x, H normalized: the same float
 // operations as turbo_rotate_forward_qk) and stored at y: cell 0's exact block (ggml_set_rows_cell0)
-static __device__ __forceinline__ void turbo_warp_store_rotated(float * y, const float v[4], const int lane) {
-    float t[4];
+template <int qk>
+static __device__ __forceinline__ void turbo_warp_store_rotated(float * y, const float v[qk/WARP_SIZE], const int lane) {
+    if constexpr (qk == QK_TURBO_64) {
+        float t[2] = { v[0], v[1] };
+        turbo64_warp_rotate(t, lane);
+        y[lane]      = t[0];
+        y[lane + 32] = t[1];
+    } else {
+        float t[4];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        t[k] = turbo_sign_neg(lane + 32*k) ? -v[k] : v[k];
-    }
-    turbo_warp_fwht(t, lane);
+        for (int k = 0; k < 4; ++k) {
+            t[k] = turbo_sign_neg(lane + 32*k) ? -v[k] : v[k];
+        }
+        turbo_warp_fwht(t, lane);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
-        y[lane + 32*k] = __fmul_rn(t[k], TURBO_CUDA_INV_SQRT_QK);
+        for (int k = 0; k < 4; ++k) {
+            y[lane + 32*k] = __fmul_rn(t[k], TURBO_CUDA_INV_SQRT_QK);
+        }
     }
 }
 
-// where block ib of a row stored into destination row dst_row goes in cell 0's rows, or nullptr when that row is not
-// a cell 0 (or the job has no cell 0 rows)
+// where block ib (of qk values) of a row stored into destination row dst_row goes in cell 0's rows, or nullptr when
+// that row is not a cell 0 (or the job has no cell 0 rows)
+template <int qk>
 static __device__ __forceinline__ float * turbo_job_cell0(const turbo_set_rows_job & j, const int64_t dst_row, const int ib) {
     if (!j.c0) {
         return nullptr;
     }
     const uint2 qr = fast_div_modulo((uint32_t) dst_row, j.fd_kv);   // (stream, cell)
-    return qr.y == 0 ? j.c0 + (int64_t) qr.x*j.c0_ne0 + ib*QK_TURBO : nullptr;
+    return qr.y == 0 ? j.c0 + (int64_t) qr.x*j.c0_ne0 + ib*qk : nullptr;
 }
 
-// one warp per 128-value block of src0: rows go to the dst rows that src1 names
-template <typename src_t, typename idx_t, int bits>
+// one warp per block of src0 (qk = 128 values, or 64 for the 64-value types): rows go to the dst rows that src1 names
+template <typename src_t, typename idx_t, int bits, int qk>
 static __device__ __forceinline__ void turbo_set_rows_block(const turbo_set_rows_job & j, const int wid, const int lane) {
+    constexpr int nv = qk/WARP_SIZE;   // values per lane
     const turbo_block_pos pos = turbo_block_at(wid, j.nbr, j.ne01, j.ne02);
     const int ib = pos.ib, i01 = pos.i1, i02 = pos.i2, i03 = pos.i3;
     const int i12 = i03 % j.ne12;
     const int i11 = i02 % j.ne11;
     const int64_t dst_row = (int64_t) ((const idx_t *) j.src1)[i01*j.s10 + i11*j.s11 + i12*j.s12];
 
-    const src_t * x = (const src_t *) j.src0 + i01*j.s01 + i02*j.s02 + i03*j.s03 + ib*QK_TURBO;
-    float v[4];
+    const src_t * x = (const src_t *) j.src0 + i01*j.s01 + i02*j.s02 + i03*j.s03 + ib*qk;
+    float v[nv];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < nv; ++k) {
         v[k] = turbo_to_f32(x[lane + 32*k]);
     }
     if (j.rope.pos) {
-        const int e0 = (ib*QK_TURBO) % j.rope.D;
-        turbo_rope_block(j.rope, v, e0, j.rope.pos[i01], lane);
+        const int e0 = (ib*qk) % j.rope.D;
+        turbo_rope_block<nv>(j.rope, v, e0, j.rope.pos[i01], lane);
     }
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < nv; ++k) {
         if (j.off) {
-            v[k] = __fsub_rn(v[k], j.off[ib*QK_TURBO + lane + 32*k]);   // ggml_sub's a - b, fused (see below)
+            v[k] = __fsub_rn(v[k], j.off[ib*qk + lane + 32*k]);   // ggml_sub's a - b, fused (see below)
         }
     }
-    float * c0 = turbo_job_cell0(j, dst_row, ib);   // warp-uniform
+    float * c0 = turbo_job_cell0<qk>(j, dst_row, ib);   // warp-uniform
     if (c0) {
-        turbo_warp_store_rotated(c0, v, lane);
+        turbo_warp_store_rotated<qk>(c0, v, lane);
     }
-    int codes[4];
-    const uint16_t h = turbo_warp_encode<bits>(v, codes, lane);
-    turbo_warp_store<bits>((uint8_t *) (j.dst + dst_row*j.nb1 + i02*j.nb2 + i03*j.nb3 + ib*j.bs), h, codes, lane);
+    int codes[nv];
+    if constexpr (qk == QK_TURBO_64) {
+        const uint16_t h = turbo64_warp_encode<bits>(v, codes, lane);
+        turbo64_warp_store<bits>((uint8_t *) (j.dst + dst_row*j.nb1 + i02*j.nb2 + i03*j.nb3 + ib*j.bs), h, codes, lane);
+    } else {
+        const uint16_t h = turbo_warp_encode<bits>(v, codes, lane);
+        turbo_warp_store<bits>((uint8_t *) (j.dst + dst_row*j.nb1 + i02*j.nb2 + i03*j.nb3 + ib*j.bs), h, codes, lane);
+    }
 }
 
 // where block blk of job j comes from and goes to (f32 rows; the offset row of its 128 columns, or nullptr), for the
@@ -145,7 +167,7 @@ static __device__ __forceinline__ void turbo_job_locate(const turbo_set_rows_job
     src = (const float *) j.src0 + i1*j.s01 + i2*j.s02 + i3*j.s03 + ib*QK_TURBO;
     dst = (uint8_t *) (j.dst + dst_row*j.nb1 + i2*j.nb2 + i3*j.nb3 + ib*j.bs);
     off = j.off ? j.off + ib*QK_TURBO : nullptr;
-    c0 = turbo_job_cell0(j, dst_row, ib);
+    c0 = turbo_job_cell0<QK_TURBO>(j, dst_row, ib);
 }
 
 // ---- two threads per block (turbo-encode-t2.cuh; large writes since run 22) ----------------------------------
@@ -255,7 +277,7 @@ static __global__ void k_turbo_set_rows_t2(const turbo_set_rows_job a, const tur
         for (int k = 0; k < 4; ++k) {
             v[k] = offb ? __fsub_rn(xr[lane + 32*k], offb[lane + 32*k]) : xr[lane + 32*k];
         }
-        turbo_warp_store_rotated(c0b, v, lane);
+        turbo_warp_store_rotated<QK_TURBO>(c0b, v, lane);
     }
     // most warps hold blocks of one job; one may straddle the two, and then runs both encodes
     if (__any_sync(0xffffffff, in_a)) {
@@ -266,17 +288,17 @@ static __global__ void k_turbo_set_rows_t2(const turbo_set_rows_job a, const tur
     }
 }
 
-// job a, then job b (b.nblk = 0 when there is one): a decode step's K and V writes in one launch
-template <typename src_t, typename idx_t, int bits_a, int bits_b>
+// job a, then job b (b.nblk = 0 when there is one): a decode step's K and V writes in one launch (blocks of qk values)
+template <typename src_t, typename idx_t, int bits_a, int bits_b, int qk>
 static __global__ void k_turbo_set_rows(const turbo_set_rows_job a, const turbo_set_rows_job b) {
     const int wid = turbo_warp_index();
     const int lane = threadIdx.x % WARP_SIZE;
     ggml_cuda_pdl_sync();   // under PDL: the rows come from the kernels before
     ggml_cuda_pdl_lc();     // a decode step's few blocks: the attention may launch now (it waits for this write)
     if (wid < a.nblk) {
-        turbo_set_rows_block<src_t, idx_t, bits_a>(a, wid, lane);
+        turbo_set_rows_block<src_t, idx_t, bits_a, qk>(a, wid, lane);
     } else if (wid < a.nblk + b.nblk) {
-        turbo_set_rows_block<src_t, idx_t, bits_b>(b, wid - a.nblk, lane);
+        turbo_set_rows_block<src_t, idx_t, bits_b, qk>(b, wid - a.nblk, lane);
     }
 }
 
@@ -288,9 +310,10 @@ static turbo_set_rows_job turbo_set_rows_job_of(const ggml_tensor * src0, const 
     GGML_TENSOR_LOCALS(int64_t, ne1, src1, ne)
     GGML_TENSOR_LOCALS(size_t,  nb1, src1, nb)
     GGML_TENSOR_LOCALS(size_t,  nb,  dst,  nb)
-    GGML_ASSERT(ne00 % QK_TURBO == 0);
+    const int64_t qk = turbo_qk(dst->type);
+    GGML_ASSERT(ne00 % qk == 0);
     GGML_ASSERT(nb00 == sizeof(src_t));
-    const int64_t nbr  = ne00 / QK_TURBO;
+    const int64_t nbr  = ne00 / qk;
     const int64_t nblk = nbr*ne01*ne02*ne03;
     GGML_ASSERT(nblk < INT32_MAX && ne11 < INT32_MAX && ne12 < INT32_MAX);   // the kernel's 32-bit indexes
     turbo_set_rows_job j;
@@ -360,7 +383,7 @@ static bool turbo_bulk_aligned(const turbo_set_rows_job & j) {
 
 #define TURBO_BULK_MIN_BLOCKS 4096
 
-template <typename src_t, typename idx_t, int bits_a>
+template <typename src_t, typename idx_t, int bits_a, int qk>
 static void turbo_set_rows_launch_b(cudaStream_t stream, const turbo_set_rows_job & a, const turbo_set_rows_job & b, const int bits_b) {
     // writes of at least TURBO_BULK_MIN_BLOCKS blocks (a prompt's ubatch): two threads per block (run 22: 4096 rows of
     // 1024, 29.3 us with the warp kernel, 11.2 us so). A decode step's few blocks keep the warp kernel, whose chain per
@@ -371,20 +394,33 @@ static void turbo_set_rows_launch_b(cudaStream_t stream, const turbo_set_rows_jo
         ggml_cuda_turbo_launch(k, dim3((unsigned) ((n + blocks_per - 1) / blocks_per)), dim3(threads), stream, a, b);
         CUDA_CHECK(cudaGetLastError());
     };
-    // (turbo4 has no 2-thread encoder: its writes take the warp kernel at any size)
-    if constexpr (std::is_same_v<src_t, float> && bits_a != 4) {
+    // (turbo4 and the 64-value types have no 2-thread encoder: their writes take the warp kernel at any size)
+    if constexpr (std::is_same_v<src_t, float> && bits_a != 4 && qk == QK_TURBO) {
         if (bits_b != 4 && n >= TURBO_BULK_MIN_BLOCKS && turbo_bulk_aligned(a) && turbo_bulk_aligned(b)) {
             launch(bits_b == 3 ? k_turbo_set_rows_t2<idx_t, bits_a, 3> : k_turbo_set_rows_t2<idx_t, bits_a, 2>,
                    TURBO_T2_WARPS*TURBO_T2_PER_WARP, TURBO_T2_WARPS*WARP_SIZE);
             return;
         }
     }
-    launch(bits_b == 4 ? k_turbo_set_rows<src_t, idx_t, bits_a, 4> :
-           bits_b == 3 ? k_turbo_set_rows<src_t, idx_t, bits_a, 3> : k_turbo_set_rows<src_t, idx_t, bits_a, 2>,
+    launch(bits_b == 4 ? k_turbo_set_rows<src_t, idx_t, bits_a, 4, qk> :
+           bits_b == 3 ? k_turbo_set_rows<src_t, idx_t, bits_a, 3, qk> : k_turbo_set_rows<src_t, idx_t, bits_a, 2, qk>,
            TURBO_WARPS_PER_BLOCK, TURBO_WARPS_PER_BLOCK*WARP_SIZE);
 }
 
-// writes a (and b, when given: same source and index types) with one launch; rope: a's values are rotated first
+template <typename src_t, typename idx_t, int qk>
+static void turbo_set_rows_launch_a(cudaStream_t stream, const turbo_set_rows_job & a, const turbo_set_rows_job & b,
+        const int bits_a, const int bits_b) {
+    if (bits_a == 4) {
+        turbo_set_rows_launch_b<src_t, idx_t, 4, qk>(stream, a, b, bits_b);
+    } else if (bits_a == 3) {
+        turbo_set_rows_launch_b<src_t, idx_t, 3, qk>(stream, a, b, bits_b);
+    } else {
+        turbo_set_rows_launch_b<src_t, idx_t, 2, qk>(stream, a, b, bits_b);
+    }
+}
+
+// writes a (and b, when given: same source and index types, same block size) with one launch; rope: a's values are
+// rotated first
 template <typename src_t, typename idx_t>
 static void turbo_set_rows_launch(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
         ggml_tensor * dst, const float * off, const ggml_tensor * src0_b = nullptr, ggml_tensor * dst_b = nullptr,
@@ -402,19 +438,26 @@ static void turbo_set_rows_launch(ggml_backend_cuda_context & ctx, const ggml_te
         return;
     }
     const int bits_b = turbo_bits(dst_b ? dst_b->type : dst->type);
-    if (dst->type == GGML_TYPE_TURBO4) {
-        turbo_set_rows_launch_b<src_t, idx_t, 4>(ctx.stream(), a, b, bits_b);
-    } else if (dst->type == GGML_TYPE_TURBO3) {
-        turbo_set_rows_launch_b<src_t, idx_t, 3>(ctx.stream(), a, b, bits_b);
+    GGML_ASSERT(!dst_b || turbo_qk(dst_b->type) == turbo_qk(dst->type));
+    if (ggml_cuda_is_turbo64_type(dst->type)) {
+        turbo_set_rows_launch_a<src_t, idx_t, QK_TURBO_64>(ctx.stream(), a, b, turbo_bits(dst->type), bits_b);
     } else {
-        turbo_set_rows_launch_b<src_t, idx_t, 2>(ctx.stream(), a, b, bits_b);
+        turbo_set_rows_launch_a<src_t, idx_t, QK_TURBO>(ctx.stream(), a, b, turbo_bits(dst->type), bits_b);
+    }
+}
+
+// the tables of the type that a write stores
+static void turbo_check_tables_of(const ggml_type t) {
+    ggml_cuda_turbo_check_tables();
+    if (ggml_cuda_is_turbo64_type(t)) {
+        ggml_cuda_turbo64_check_tables();
     }
 }
 
 static void turbo_set_rows_dispatch(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
         ggml_tensor * dst, const float * off) {
-    ggml_cuda_turbo_check_tables();
-    GGML_ASSERT(ggml_cuda_is_turbo128_type(dst->type));
+    turbo_check_tables_of(dst->type);
+    GGML_ASSERT(ggml_cuda_is_turbo_type(dst->type));
     GGML_ASSERT(src0->type == GGML_TYPE_F32 || src0->type == GGML_TYPE_F16);
     GGML_ASSERT(src1->type == GGML_TYPE_I64 || src1->type == GGML_TYPE_I32);
     GGML_ASSERT(off == nullptr || src0->type == GGML_TYPE_F32);
@@ -428,10 +471,6 @@ static void turbo_set_rows_dispatch(ggml_backend_cuda_context & ctx, const ggml_
 }
 
 void ggml_cuda_turbo_set_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
-    if (ggml_cuda_is_turbo64_type(dst->type)) {
-        ggml_cuda_turbo64_set_rows(ctx, dst);
-        return;
-    }
     turbo_set_rows_dispatch(ctx, dst->src[0], dst->src[1], dst, nullptr);
 }
 
@@ -444,10 +483,23 @@ bool ggml_cuda_turbo_set_rows_sub_fusable(const ggml_tensor * sub, const ggml_te
     }
     const ggml_tensor * a   = sub->src[0];
     const ggml_tensor * off = sub->src[1];
-    return ggml_cuda_is_turbo128_type(set_rows->type) && sub->type == GGML_TYPE_F32 && a->type == GGML_TYPE_F32 &&
+    if (!ggml_cuda_is_turbo_type(set_rows->type)) {
+        return false;
+    }
+    const int64_t qk = turbo_qk(set_rows->type);
+    // K's RoPE before it (ROPE -> VIEW), which the fused write may do on load (ggml_cuda_turbo_rope_set_rows_fusable):
+    // only when each block lies in one head, and a neox pair (m, m + D/2) in one block (else neither fusion)
+    if (a->op == GGML_OP_VIEW && a->src[0]->op == GGML_OP_ROPE) {
+        const int64_t D = a->src[0]->src[0]->ne[0];
+        const int mode = ((const int32_t *) a->src[0]->op_params)[2];
+        if (D % qk != 0 || (mode == GGML_ROPE_TYPE_NEOX && D != qk)) {
+            return false;
+        }
+    }
+    return sub->type == GGML_TYPE_F32 && a->type == GGML_TYPE_F32 &&
         off->type == GGML_TYPE_F32 && ggml_are_same_shape(a, sub) && a->nb[0] == sizeof(float) &&
         ggml_is_contiguous(off) && off->ne[0] == a->ne[0] && ggml_nelements(off) == off->ne[0] &&
-        a->ne[0] % QK_TURBO == 0 && (set_rows->src[1]->type == GGML_TYPE_I64 || set_rows->src[1]->type == GGML_TYPE_I32);
+        a->ne[0] % qk == 0 && (set_rows->src[1]->type == GGML_TYPE_I64 || set_rows->src[1]->type == GGML_TYPE_I32);
 }
 
 void ggml_cuda_turbo_set_rows_sub(ggml_backend_cuda_context & ctx, const ggml_tensor * sub, ggml_tensor * set_rows) {
@@ -455,22 +507,24 @@ void ggml_cuda_turbo_set_rows_sub(ggml_backend_cuda_context & ctx, const ggml_te
 }
 
 // the V write that llama issues right after the K write (only views between them): it joins the fused K write
-// when it is a SET_ROWS of f32 rows into a turbo tensor with the same index type, so that a decode step's two
-// cache writes are one launch instead of two (each is a few microseconds of latency for one row per layer)
+// when it is a SET_ROWS of f32 rows into a turbo tensor of the same block size with the same index type, so that a
+// decode step's two cache writes are one launch instead of two (each is a few microseconds of latency for one row per
+// layer)
 bool ggml_cuda_turbo_set_rows_pair_fusable(const ggml_tensor * set_rows_k, const ggml_tensor * set_rows_v) {
-    if (set_rows_v->op != GGML_OP_SET_ROWS || !ggml_cuda_is_turbo128_type(set_rows_v->type)) {
+    if (set_rows_v->op != GGML_OP_SET_ROWS || !ggml_cuda_is_turbo_type(set_rows_v->type) ||
+        turbo_qk(set_rows_v->type) != turbo_qk(set_rows_k->type)) {
         return false;
     }
     const ggml_tensor * x = set_rows_v->src[0];
     const ggml_tensor * idx = set_rows_v->src[1];
-    return x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[0] % QK_TURBO == 0 &&
+    return x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[0] % turbo_qk(set_rows_v->type) == 0 &&
         idx->type == set_rows_k->src[1]->type && set_rows_v->data != set_rows_k->data &&
         x != set_rows_k && x->view_src != set_rows_k;
 }
 
 void ggml_cuda_turbo_set_rows_sub_pair(ggml_backend_cuda_context & ctx, const ggml_tensor * sub, ggml_tensor * set_rows_k,
         ggml_tensor * set_rows_v, const ggml_tensor * rope) {
-    ggml_cuda_turbo_check_tables();
+    turbo_check_tables_of(set_rows_k->type);
     // said once, so that a run's log shows the fusion happened (run 19: it never runs on Gemma 3, whose graph puts V's
     // matmul between K's ROPE and the SUB, and nothing had shown that)
     static bool said = false;
@@ -502,7 +556,8 @@ bool ggml_cuda_turbo_rope_set_rows_fusable(const ggml_tensor * rope, const ggml_
 }
 
 // what turbo_rope_block can do (K's RoPE in the write, Q's in the attention): f32 in and out, one position per token,
-// no ne[3]; normal RoPE of any even width, neox for 128-wide heads rotated whole (a neox pair is then in one lane).
+// no ne[3]; normal RoPE of any even width, neox for heads rotated whole as wide as a block (128, or 64 for the
+// 64-value types: a neox pair is then in one lane; ggml_cuda_turbo_set_rows_sub_fusable checks the block size).
 // (256-wide neox heads, whose pairs span the head's two blocks, were done on load too until run 23, opt-in: Gemma 3's
 // graph matches neither fusion's pattern, so it never ran; removed)
 bool ggml_cuda_turbo_rope_on_load_ok(const ggml_tensor * rope) {
@@ -513,7 +568,7 @@ bool ggml_cuda_turbo_rope_on_load_ok(const ggml_tensor * rope) {
     const bool types_ok = rope->type == GGML_TYPE_F32 && x->type == GGML_TYPE_F32 && rope->src[1]->type == GGML_TYPE_I32 &&
         rope->src[1]->ne[0] == x->ne[2] && x->ne[3] == 1;
     const bool mode_ok = (mode == GGML_ROPE_TYPE_NORMAL && n_dims % 2 == 0 && n_offs % 2 == 0 && n_offs + n_dims <= D) ||
-        (mode == GGML_ROPE_TYPE_NEOX && D == QK_TURBO && n_dims == D && n_offs == 0);
+        (mode == GGML_ROPE_TYPE_NEOX && (D == QK_TURBO || D == QK_TURBO_64) && n_dims == D && n_offs == 0);
     return types_ok && mode_ok;
 }
 

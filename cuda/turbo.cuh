@@ -28,7 +28,7 @@ static inline bool ggml_cuda_is_turbo_type(ggml_type t) {
     return ggml_cuda_is_turbo128_type(t) || ggml_cuda_is_turbo64_type(t);
 }
 
-// write path: SET_ROWS (src0 f32 or f16) into a turbo tensor; CPY f32/f16 -> turbo and turbo -> f32/f16
+// write path: SET_ROWS (src0 f32 or f16) into a turbo tensor (either block size); CPY f32/f16 -> turbo and turbo -> f32/f16
 void ggml_cuda_turbo_set_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
 // SUB (one f32 row, broadcast) then SET_ROWS into a turbo tensor, as one kernel (llama's turbo key offset)
 bool ggml_cuda_turbo_set_rows_sub_fusable(const ggml_tensor * sub, const ggml_tensor * set_rows);
@@ -60,9 +60,10 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
 // how many nodes after the ROPE (node i) the attention node sits, or 0
 int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, int i);
 void ggml_cuda_turbo_rope_fa(ggml_backend_cuda_context & ctx, const ggml_tensor * rope, ggml_tensor * fa);
-// the 64-value types (turbo-64.cu), called by the entry points above for a _64 tensor: the writes (no fused forms),
-// the reads, and flash attention through upstream's f16 kernels in the rotated domain (all but the tensor-core decode)
-void ggml_cuda_turbo64_set_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
+// the 64-value types (turbo-64.cu), called by the entry points above for a _64 tensor: CPY, the reads, and flash
+// attention through upstream's f16 kernels in the rotated domain (all but the tensor-core decode). Their SET_ROWS, fused
+// forms included, is turbo.cu's (the write kernel takes either block size)
+void ggml_cuda_turbo64_check_tables(void);   // their codebooks' CUDA copies against turbo-codebooks-64.h
 bool ggml_cuda_turbo64_cpy_supported(const ggml_tensor * src0, const ggml_tensor * src1);
 void ggml_cuda_turbo64_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, ggml_tensor * src1);
 void ggml_cuda_turbo64_get_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst);

@@ -1,6 +1,8 @@
 // Host check of the fused-RoPE math (turbo_rope_cs / turbo_rope_block from cuda/turbo.cu, compiled as host
 // code with a warp emulated lane by lane) against ggml's CPU ROPE, normal and neox, with and without YaRN: what the
-// kernels do on load (ggml_cuda_turbo_rope_on_load_ok), normal RoPE of 128- and 256-wide heads, neox of 128-wide ones.
+// kernels do on load (ggml_cuda_turbo_rope_on_load_ok), normal RoPE of 128- and 256-wide heads, neox of 128-wide ones,
+// in 128-value blocks; and in the 64-value types' blocks (2 values per lane) normal and neox RoPE of 64-wide heads,
+// normal of 128-wide ones.
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
@@ -16,11 +18,36 @@ static int g_cur_lane;
 static inline float __shfl_xor_sync(unsigned, float, int x) { return g_lane_vals[g_cur_lane ^ x]; }
 #include "rope_src.inc"
 
+// the head's blocks of 32 NV values, as the kernels' warps take them
+template <int NV>
+static void rope_blocks(const turbo_rope & rp, const std::vector<float> & x, std::vector<float> & out, const int D, const int pos) {
+    for (int b = 0; b < D/(32*NV); ++b) {
+        const int e0 = 32*NV*b;
+        float v[32][NV];
+        for (int l = 0; l < 32; ++l) for (int k = 0; k < NV; ++k) { v[l][k] = x[e0 + l + 32*k]; }
+        // lockstep emulation: value k of lane l comes from a run of the block function in which every shuffle
+        // returns the partner lane's value k (the other outputs of that run are discarded)
+        float res[32][NV];
+        for (int l = 0; l < 32; ++l) {
+            g_cur_lane = l;
+            for (int k = 0; k < NV; ++k) {
+                for (int q = 0; q < 32; ++q) g_lane_vals[q] = v[q][k];
+                float one[NV];
+                for (int m = 0; m < NV; ++m) one[m] = v[l][m];
+                turbo_rope_block<NV>(rp, one, e0, pos, l);
+                res[l][k] = one[k];
+            }
+        }
+        for (int l = 0; l < 32; ++l) for (int k = 0; k < NV; ++k) out[e0 + l + 32*k] = res[l][k];
+    }
+}
+
 int main() {
     int fails = 0;
-    for (int D : {128, 256}) for (int mode : {0, 2}) for (float ext : {0.0f, 1.0f}) for (int pos : {0, 7, 513, 4095, 100000}) {
-        if (D == 256 && mode == 2) {
-            continue;   // a 256-wide neox head's pairs span its two blocks: not done on load
+    for (int D : {64, 128, 256}) for (int qk : {128, 64}) for (int mode : {0, 2}) for (float ext : {0.0f, 1.0f}) for (int pos : {0, 7, 513, 4095, 100000}) {
+        // a block lies in one head; a neox pair (m, m + D/2) in one block (else the RoPE is not done on load)
+        if (D % qk != 0 || (mode == 2 && D != qk) || (qk == 64 && D == 256)) {
+            continue;
         }
         const int n_dims = D;
         const float freq_base = 10000.0f, freq_scale = ext != 0.0f ? 0.25f : 1.0f, attn_factor = 1.0f, beta_fast = 32.0f, beta_slow = 1.0f;
@@ -43,30 +70,17 @@ int main() {
         float corr[2]; ggml_rope_yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow, corr);
         rp.corr0 = corr[0]; rp.corr1 = corr[1];
         std::vector<float> out(D);
-        for (int b = 0; b < D/128; ++b) {   // the head's 128-blocks, as the kernels' warps take them
-            const int e0 = 128*b;
-            float v[32][4];
-            for (int l = 0; l < 32; ++l) for (int k = 0; k < 4; ++k) { v[l][k] = x[e0 + l + 32*k]; }
-            // lockstep emulation: value k of lane l comes from a run of the block function in which every shuffle
-            // returns the partner lane's value k (the other outputs of that run are discarded)
-            float res[32][4];
-            for (int l = 0; l < 32; ++l) {
-                g_cur_lane = l;
-                for (int k = 0; k < 4; ++k) {
-                    for (int q = 0; q < 32; ++q) g_lane_vals[q] = v[q][k];
-                    float one[4] = {v[l][0], v[l][1], v[l][2], v[l][3]};
-                    turbo_rope_block(rp, one, e0, pos, l);
-                    res[l][k] = one[k];
-                }
-            }
-            for (int l = 0; l < 32; ++l) for (int k = 0; k < 4; ++k) out[e0 + l + 32*k] = res[l][k];
+        if (qk == 128) {
+            rope_blocks<4>(rp, x, out, D, pos);
+        } else {
+            rope_blocks<2>(rp, x, out, D, pos);
         }
         double maxd = 0;
         for (int i = 0; i < D; ++i) maxd = fmax(maxd, fabs(out[i] - ((float *) r->data)[i]));
-        printf("D=%d mode=%d ext=%.0f pos=%6d max|diff|=%.3g\n", D, mode, ext, pos, maxd);
+        printf("D=%d qk=%d mode=%d ext=%.0f pos=%6d max|diff|=%.3g\n", D, qk, mode, ext, pos, maxd);
         // float angles: the difference grows with the position, and with the head size (ggml's CPU steps the angle
         // by repeated multiplication, the kernels take powf per pair; 256-wide heads: twice the steps)
-        if (maxd > 1.5e-7*(D/128)*(pos + 1) + 1e-6) fails++;
+        if (maxd > 1.5e-7*(D > 128 ? D/128 : 1)*(pos + 1) + 1e-6) fails++;
         ggml_free(ctx);
     }
     printf("%s\n", fails ? "FAIL" : "PASS");

@@ -13,7 +13,9 @@ s = open(sys.argv[1]).read()
 a = s.index('struct turbo_rope {'); b = s.index('};', a) + 2
 fns = [s[a:b]]
 for name in ('turbo_rope_cs', 'turbo_rope_block_cs', 'turbo_rope_apply', 'turbo_rope_block'):
-    c = s.index(f'static __device__ __forceinline__ void {name}('); fns.append(s[c:s.index('\n}\n', c) + 3])
+    c = s.index(f'static __device__ __forceinline__ void {name}(')
+    t = s.rfind('\n', 0, c - 1) + 1   # its template line, when it has one
+    fns.append(s[t if s.startswith('template', t) else c:s.index('\n}\n', c) + 3])
 open(sys.argv[2], 'w').write('\n'.join(fns))
 PY
 g++ -O1 -std=c++17 "$here/rope_check.cpp" -I"$tmp" -I"$src/ggml/include" -L"$bld/ggml/src" -lggml -lggml-cpu -lggml-base \

@@ -1,6 +1,6 @@
-// Host check of the 64-value blocks' warp helpers (cuda/turbo-64.cu): the warp's 32 lanes emulated with 32
+// Host check of the 64-value blocks' warp helpers (cuda/turbo-common.cuh): the warp's 32 lanes emulated with 32
 // std::threads that meet at a barrier for every shuffle, vote and ballot. Every block is encoded and packed as the
-// SET_ROWS / CPY kernels do (turbo64_warp_encode + turbo64_warp_store) and compared byte for byte with the C
+// SET_ROWS (turbo.cu) / CPY kernels do (turbo64_warp_encode + turbo64_warp_store) and compared byte for byte with the C
 // reference (quantize_row_turbo*_64_ref, cpu_ref/ggml-turbo.c); decoded as GET_ROWS does (turbo64_warp_decode) and
 // compared bit for bit with dequantize_row_turbo*_64; the rotations of cell 0's rows and of the attention
 // (turbo64_warp_rotate / _unrotate) with turbo_rotate_forward_qk / turbo_rotate_inverse_qk.
@@ -55,7 +55,7 @@ static const float turbo64_d_c3[8] = TURBO64_CUDA_C3, turbo64_d_b3[7] = TURBO64_
 static const float turbo64_d_c2[4] = TURBO64_CUDA_C2, turbo64_d_b2[3] = TURBO64_CUDA_B2;
 static const float turbo64_d_c4[16] = TURBO64_CUDA_C4, turbo64_d_b4[15] = TURBO64_CUDA_B4;
 #define TURBO64_INV_SQRT 0.125f
-#include "turbo64_helpers.inc"  // the 64-point FWHT (cuda/turbo-common.cuh) and the warp helpers (cuda/turbo-64.cu)
+#include "turbo64_helpers.inc"  // the 64-point FWHT and the warp helpers (cuda/turbo-common.cuh)
 
 static const int QK = QK_TURBO_64;
 
