@@ -358,8 +358,9 @@ int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
         return 0;
     }
     // the ROPE's one consumer is a chain of views (one use each) whose end is Q of the attention, with views between
+    // (llama: q's view and permute, K's and V's, the views of cell 0's rows: the attention is node i + 9)
     const ggml_tensor * q = rope;
-    for (int j = i + 1; j < cgraph->n_nodes && j <= i + 8; ++j) {
+    for (int j = i + 1; j < cgraph->n_nodes && j <= i + 12; ++j) {
         const ggml_tensor * n = cgraph->nodes[j];
         if (n->op == GGML_OP_FLASH_ATTN_EXT) {
             // the output may share memory with the ROPE's input (ggml-alloc frees that after the ROPE: run 17 saw no
