@@ -8,12 +8,24 @@ bool ggml_cuda_turbo_fattn_has_cell0(const ggml_tensor * dst) {
     return (dst->src[5] && ggml_cuda_is_turbo_type(dst->src[1]->type)) || (dst->src[6] && ggml_cuda_is_turbo_type(dst->src[2]->type));
 }
 
+// the layouts every turbo decode reads: f32 Q and output, K / V rows of whole blocks, an f16 mask broadcast over the
+// heads, f32 sinks, whole GQA groups
+static bool turbo_fattn_layout_ok(const ggml_tensor * dst) {
+    const ggml_tensor * Q     = dst->src[0];
+    const ggml_tensor * K     = dst->src[1];
+    const ggml_tensor * V     = dst->src[2];
+    const ggml_tensor * mask  = dst->src[3];
+    const ggml_tensor * sinks = dst->src[4];
+    return Q->type == GGML_TYPE_F32 && dst->type == GGML_TYPE_F32 &&
+        K->nb[0] == ggml_type_size(K->type) && V->nb[0] == ggml_type_size(V->type) &&
+        (!mask || (mask->type == GGML_TYPE_F16 && mask->ne[2] == 1)) && (!sinks || sinks->type == GGML_TYPE_F32) &&
+        Q->ne[2] % K->ne[2] == 0 && K->ne[2] == V->ne[2];
+}
+
 bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst) {
     const ggml_tensor * Q    = dst->src[0];
     const ggml_tensor * K    = dst->src[1];
     const ggml_tensor * V    = dst->src[2];
-    const ggml_tensor * mask = dst->src[3];
-    const ggml_tensor * sinks = dst->src[4];
     if (ggml_cuda_is_turbo64_type(K->type) || ggml_cuda_is_turbo64_type(V->type)) {
         return ggml_cuda_turbo64_fattn_supported(dst);   // the 64-value types: turbo-64.cu, every batch size
     }
@@ -28,19 +40,7 @@ bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst) {
     if (K->ne[0] != V->ne[0] || Q->ne[0] != K->ne[0] || (K->ne[0] != 128 && K->ne[0] != 256)) {
         return false;
     }
-    if (Q->type != GGML_TYPE_F32 || dst->type != GGML_TYPE_F32) {
-        return false;
-    }
-    if (K->nb[0] != ggml_type_size(K->type) || V->nb[0] != ggml_type_size(V->type)) {
-        return false;
-    }
-    if (mask && (mask->type != GGML_TYPE_F16 || mask->ne[2] != 1)) {
-        return false;
-    }
-    if (sinks && sinks->type != GGML_TYPE_F32) {
-        return false;
-    }
-    if (Q->ne[2] % K->ne[2] != 0 || K->ne[2] != V->ne[2]) {
+    if (!turbo_fattn_layout_ok(dst)) {
         return false;
     }
     // cell 0's exact rows (ggml_flash_attn_ext_set_cell0): the decode kernels and the prefill take them; a prefill that
@@ -308,27 +308,13 @@ bool ggml_cuda_turbo64_fattn_fused(const ggml_tensor * dst) {
     const ggml_tensor * Q     = dst->src[0];
     const ggml_tensor * K     = dst->src[1];
     const ggml_tensor * V     = dst->src[2];
-    const ggml_tensor * mask  = dst->src[3];
-    const ggml_tensor * sinks = dst->src[4];
     if (!ggml_cuda_is_turbo64_type(K->type) || !ggml_cuda_is_turbo64_type(V->type) || !turbo_fattn_uses_mma(K, V)) {
         return false;
     }
     if (Q->ne[1] > GGML_CUDA_TURBO_FA_MAX_BATCH || Q->ne[0] != 64 || K->ne[0] != 64 || V->ne[0] != 64) {
         return false;
     }
-    if (Q->type != GGML_TYPE_F32 || dst->type != GGML_TYPE_F32 || !ggml_is_contiguous(dst)) {
-        return false;
-    }
-    if (K->nb[0] != ggml_type_size(K->type) || V->nb[0] != ggml_type_size(V->type)) {
-        return false;
-    }
-    if (mask && (mask->type != GGML_TYPE_F16 || mask->ne[2] != 1)) {
-        return false;
-    }
-    if (sinks && sinks->type != GGML_TYPE_F32) {
-        return false;
-    }
-    return Q->ne[2] % K->ne[2] == 0 && K->ne[2] == V->ne[2];
+    return ggml_is_contiguous(dst) && turbo_fattn_layout_ok(dst);
 }
 
 void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
