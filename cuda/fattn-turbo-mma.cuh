@@ -332,7 +332,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // and the merge does not rotate it back)
     constexpr bool V_TURBO = ggml_cuda_type_is_turbo(type_V) || ggml_cuda_type_is_turbo64(type_V);
     constexpr bool V_F16   = type_V == GGML_TYPE_F16;
-    static_assert(V_TURBO || (K_TURBO && D == 128 && QKB == QK_TURBO && LOOP == TURBO_MMA_ONE_TILE), "q8_0 and f16 V: turbo K, D = 128, one tile per step");
+    static_assert(V_TURBO || (K_TURBO && QKB == QK_TURBO && ((D == 128 && LOOP == TURBO_MMA_ONE_TILE) || (D == 256 && LOOP == TURBO_MMA_WARP_PAIR))),
+        "q8_0 and f16 V: turbo K, D = 128 one tile per step or D = 256 the warp pair");
     static_assert(!K_TURBO || ggml_cuda_type_is_turbo64(type_K) == (QKB == QK_TURBO_64), "K and V turbo blocks of one size");
     constexpr int KBS = turbo_mma_block_bytes<type_K>::value, VBS = turbo_mma_block_bytes<type_V>::value;
     constexpr int QS = D + 4;
@@ -954,7 +955,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #pragma unroll
     for (int j = 0; j < NBL*CPB; ++j) {
         const int d = V_TURBO ? (PAIR ? bw : j / CPB)*QKB + (QKB/8)*g + 2*(j % CPB) :
-                      V_F16 ? 16*j + g : 32*(g >> 1) + 4*j + (g & 1);
+                      (PAIR ? bw*QKB : 0) + (V_F16 ? 16*j + g : 32*(g >> 1) + 4*j + (g & 1));
         float * ob = Os + (pair*NR + 2*t)*D;
         ob[d]          = o[j][0];   // dim d,      row 2t
         ob[D + d]      = o[j][1];   // dim d,      row 2t+1
@@ -998,10 +999,12 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     X(128, GGML_TYPE_TURBO3, TURBO_MMA_TWO_TILES) \
     X(256, GGML_TYPE_TURBO3, TURBO_MMA_WARP_PAIR) X(256, GGML_TYPE_TURBO2, TURBO_MMA_WARP_PAIR) \
     X(256, GGML_TYPE_TURBO4, TURBO_MMA_WARP_PAIR)
-// turbo K with q8_0 or f16 V (issue #29): D = 128, one tile per step. f16 V not with turbo4 K: two stages of its rows
-// and turbo4's 1 KB pair table (1024-byte aligned) are 256 bytes over the 48 KB of static shared memory
+// turbo K with q8_0 or f16 V (issue #29): D = 128, one tile per step, and (q8_0 V) D = 256, the warp pair (each warp
+// one 128-block of V's rows). Not with turbo4 K (its 1 KB pair table, 1024-byte aligned): f16 V at D = 128, q8_0 V at
+// D = 256; nor f16 V at D = 256 (two stages of its rows and the pair's 6 KB exchange slots): they are over the 48 KB
+// of static shared memory (turbo4 / q8_0 at D = 256: 49280 bytes)
 #define TURBO_MMA_FOR_EACH_V_Q8_0(X) X(128, GGML_TYPE_Q8_0, TURBO_MMA_ONE_TILE)
-#define TURBO_MMA_FOR_EACH_V_F16(X)  X(128, GGML_TYPE_F16, TURBO_MMA_ONE_TILE)
+#define TURBO_MMA_FOR_EACH_V_NOT_K4(X) X(128, GGML_TYPE_F16, TURBO_MMA_ONE_TILE) X(256, GGML_TYPE_Q8_0, TURBO_MMA_WARP_PAIR)
 #define TURBO_MMA_FOR_EACH_K_TURBO2(X) X(128, GGML_TYPE_TURBO2, TURBO_MMA_TWO_TILES_EX2)
 // turbo4 K with turbo4 V from 16K keys: two tiles per step, as turbo3
 #define TURBO_MMA_FOR_EACH_K_TURBO4(X) X(128, GGML_TYPE_TURBO4, TURBO_MMA_TWO_TILES)
@@ -1029,7 +1032,7 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
         TURBO_MMA_FOR_EACH(TURBO_MMA_CASE)
         TURBO_MMA_FOR_EACH_V_Q8_0(TURBO_MMA_CASE)
         if constexpr (type_K != GGML_TYPE_TURBO4) {
-            TURBO_MMA_FOR_EACH_V_F16(TURBO_MMA_CASE)
+            TURBO_MMA_FOR_EACH_V_NOT_K4(TURBO_MMA_CASE)
         }
     } else {
         TURBO_MMA_FOR_EACH_K_PLAIN(TURBO_MMA_CASE)
@@ -1065,7 +1068,7 @@ int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, con
             TURBO_MMA_FOR_EACH(TURBO_MMA_FN)
             TURBO_MMA_FOR_EACH_V_Q8_0(TURBO_MMA_FN)
             if constexpr (type_K != GGML_TYPE_TURBO4) {
-                TURBO_MMA_FOR_EACH_V_F16(TURBO_MMA_FN)
+                TURBO_MMA_FOR_EACH_V_NOT_K4(TURBO_MMA_FN)
             }
         } else {
             TURBO_MMA_FOR_EACH_K_PLAIN(TURBO_MMA_FN)
