@@ -1,5 +1,5 @@
 // turbo-llama: fused turbo flash-attention decode kernels with K type turbo4 (see fattn-turbo.cuh, fattn-turbo-mma.cuh):
-// the tensor-core kernel with a turbo V, the scalar kernel with a q8_0 or f16 V.
+// the tensor-core kernel with a turbo V and (D = 128) a q8_0 V, the scalar kernel with an f16 V and at D = 256.
 #include "fattn-turbo.cuh"
 #include "fattn-turbo-mma.cuh"
 

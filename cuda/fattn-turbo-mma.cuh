@@ -14,6 +14,8 @@
 // two high bits) -> half2 of two centroids; turbo4: a byte of two nibble codes -> half2, a 256-entry table
 // (turbo_mma_pick4). The per-block norms scale S (K) and P (V) in f32/f16.
 // Scores are kept in base 2 (q carries log2 e), the partial maxima are handed back in base e.
+// At D = 128 a q8_0 or f16 K with a turbo V takes K's values as f16 (tile_scores_plain; q not rotated), and a turbo K
+// with a q8_0 or f16 V takes V's (tile_pv_plain; the output then needs no rotation back).
 // The 64-value types (head_dim 64 models) run the same loop at D = 64 with 64-value blocks (QKB): a 64-point FWHT of
 // q, a lane's 16 K dims / 8 V dims per block, 4 mma chunks per block instead of 8, the d = 64 codebooks' pair tables.
 #pragma once
@@ -66,6 +68,18 @@ static __device__ __forceinline__ uint32_t turbo_movmatrix_trans(const uint32_t 
 #endif
 }
 
+// four 8x8 f16 matrices from shared memory, transposed: lanes 8i .. 8i + 7 give the 16-byte row addresses of matrix i,
+// and lane (r = lane/4, c = 2*(lane%4)) receives in a[i] elements (c, r), (c + 1, r) of it (an f16 V's A fragments)
+static __device__ __forceinline__ void turbo_ldmatrix_x4_trans(uint32_t (&a)[4], const uint32_t addr) {
+#ifdef AMPERE_MMA_AVAILABLE
+    asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];"
+        : "=r"(a[0]), "=r"(a[1]), "=r"(a[2]), "=r"(a[3]) : "r"(addr));
+#else
+    GGML_UNUSED(a); GGML_UNUSED(addr);
+    NO_DEVICE_CODE;
+#endif
+}
+
 static __device__ __forceinline__ uint32_t turbo_h2_bits(const float a, const float b) {
     const half2 h = __floats2half2_rn(a, b);   // a in the low 16 bits: the lower k index of a fragment
     return *(const uint32_t *) &h;
@@ -95,22 +109,24 @@ template <int bits, int QKB> static __device__ __forceinline__ uint32_t turbo_mm
 // step's staged reads, llama8b layout: 112 -> 36 wavefronts). turbo2 at D = 128 is already 3 chunks.
 // KBS, VBS: the bytes of one 128-block of a K or V row (turbo_mma_block_bytes). KSWZ (f16 K, rows 16-byte aligned):
 // a K row is its 16 chunks exactly, chunk c of key kk staged at chunk c ^ (kk & 7) of its row, so that the lanes of
-// one 16-byte read (keys g, chunks 4t + j) fall on 8 different bank groups
-template <int NB, int KBS, int VBS, int TILES, bool KSWZ = false>
+// one 16-byte read (keys g, chunks 4t + j) fall on 8 different bank groups. VSWZ: the same for an f16 V, whose 8 rows
+// of one ldmatrix phase (keys kk, one chunk each) then fall on 8 different bank groups
+template <int NB, int KBS, int VBS, int TILES, bool KSWZ = false, bool VSWZ = false>
 struct turbo_mma_stage_cfg {
     static constexpr int RC = 1;                               // v11: rows rounded up to an odd number of chunks
     static constexpr int KBYTES = NB*KBS;                      // one key's bytes of this head
     static constexpr int VBYTES = NB*VBS;
     static constexpr int KC = KSWZ ? KBYTES/16 : (KBYTES + 14 + 15)/16;   // 16-byte chunks per key
-    static constexpr int VC = (VBYTES + 14 + 15)/16;
+    static constexpr int VC = VSWZ ? VBYTES/16 : (VBYTES + 14 + 15)/16;
     static constexpr int KW = 4*(KSWZ ? KC : KC | RC);         // words per staged key row
-    static constexpr int VW = 4*(VC | RC);
+    static constexpr int VW = 4*(VSWZ ? VC : VC | RC);
     static constexpr int ALIGN = 15;                           // a row's start offset in its staged copy: address & ALIGN
     static constexpr int WORDS = TURBO_MMA_KEYS*(KW + VW);     // one stage
     static constexpr int TPS = TILES;                          // tiles per warp step (v14: 2)
     // stages of the ring (shared memory: 48 KB static; a q8_0 or f16 K row is 3-5x a turbo one)
-    // (turbo4's 66-byte rows stage as 5 chunks, as turbo3's 50-byte rows do: its one-tile loop gets 3 stages too)
-    static constexpr int NSTAGE = TPS == 2 ? 4 : NB == 1 && (KBS <= 50 || (KBS == 66 && VBS <= 66)) ? 3 : 2;
+    // (turbo4's 66-byte rows stage as 5 chunks, as turbo3's 50-byte rows do: its one-tile loop gets 3 stages too;
+    // a q8_0 or f16 V row, as a K one, gets 2)
+    static constexpr int NSTAGE = TPS == 2 ? 4 : NB == 1 && VBS <= 66 && (KBS <= 50 || KBS == 66) ? 3 : 2;
     static constexpr int GROUPS = NSTAGE/TPS;                  // a step's TPS stages are one cp.async group
     static_assert(TPS == 1 || NB == 1, "v14 is compiled for D = 128 only (shared memory)");
 };
@@ -274,14 +290,24 @@ template <int LOOP> struct turbo_mma_loop_traits {
     static constexpr bool PAIR = LOOP == TURBO_MMA_WARP_PAIR;
     static constexpr int TPS = LOOP == TURBO_MMA_TWO_TILES || LOOP == TURBO_MMA_TWO_TILES_EX2 ? 2 : 1;   // tiles per step
     static constexpr bool FAST_EXP = LOOP == TURBO_MMA_TWO_TILES_EX2;
-    // resident blocks per SM the registers are fitted for (v14 at 4 spilled; v21 at 4 spilled in the loop). A q8_0 or
-    // f16 K (one tile per step) takes 3: at 4 the q8_0 decode spilled 40-100 bytes in the loop (nvcc 13.0, sm_90)
+    // resident blocks per SM the registers are fitted for (v14 at 4 spilled; v21 at 4 spilled in the loop); a q8_0 or
+    // f16 K or V: turbo_mma_min_blocks
     static constexpr int MIN_BLOCKS = TPS == 2 || PAIR ? 3 : TURBO_MMA_MIN_BLOCKS;
 };
 
+// the kernel's resident blocks per SM (__launch_bounds__): the loop's with a turbo K and V; a q8_0 or f16 K takes 3 (at 4
+// the q8_0 decode spilled 40-100 bytes in the loop, nvcc 13.0, sm_90), and a turbo K with an f16 V or turbo4 K with a
+// q8_0 V too (at 4 they spilled 24-72 bytes, the f16 V's in the loop); turbo3 / turbo2 K with a q8_0 V fit 128
+// registers
+template <ggml_type type_K, ggml_type type_V, int LOOP>
+static constexpr int turbo_mma_min_blocks() {
+    constexpr bool K_TURBO = ggml_cuda_type_is_turbo(type_K) || ggml_cuda_type_is_turbo64(type_K);
+    constexpr bool V_TURBO = ggml_cuda_type_is_turbo(type_V) || ggml_cuda_type_is_turbo64(type_V);
+    return K_TURBO && (V_TURBO || (type_V == GGML_TYPE_Q8_0 && type_K != GGML_TYPE_TURBO4)) ? turbo_mma_loop_traits<LOOP>::MIN_BLOCKS : 3;
+}
+
 template <int D, ggml_type type_K, ggml_type type_V, int LOOP>
-__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, ggml_cuda_type_is_turbo(type_K) || ggml_cuda_type_is_turbo64(type_K) ?
-    turbo_mma_loop_traits<LOOP>::MIN_BLOCKS : 3)
+__launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, turbo_mma_min_blocks<type_K, type_V, LOOP>())
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #ifndef AMPERE_MMA_AVAILABLE
     GGML_UNUSED(p);
@@ -302,6 +328,12 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     constexpr bool K_TURBO = ggml_cuda_type_is_turbo(type_K) || ggml_cuda_type_is_turbo64(type_K);
     constexpr bool K_F16   = type_K == GGML_TYPE_F16;
     static_assert(K_TURBO || (D == 128 && QKB == QK_TURBO && LOOP == TURBO_MMA_ONE_TILE), "q8_0 and f16 K: D = 128, one tile per step");
+    // V: turbo, or q8_0 / f16 with a turbo K (V's values as f16 in the product; the output is then in the plain domain,
+    // and the merge does not rotate it back)
+    constexpr bool V_TURBO = ggml_cuda_type_is_turbo(type_V) || ggml_cuda_type_is_turbo64(type_V);
+    constexpr bool V_F16   = type_V == GGML_TYPE_F16;
+    static_assert(V_TURBO || (K_TURBO && QKB == QK_TURBO && ((D == 128 && LOOP == TURBO_MMA_ONE_TILE) || (D == 256 && LOOP == TURBO_MMA_WARP_PAIR))),
+        "q8_0 and f16 V: turbo K, D = 128 one tile per step or D = 256 the warp pair");
     static_assert(!K_TURBO || ggml_cuda_type_is_turbo64(type_K) == (QKB == QK_TURBO_64), "K and V turbo blocks of one size");
     constexpr int KBS = turbo_mma_block_bytes<type_K>::value, VBS = turbo_mma_block_bytes<type_V>::value;
     constexpr int QS = D + 4;
@@ -318,16 +350,16 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     static_assert(!PAIR || (NB == 2 && QKB == QK_TURBO), "v21 is compiled for D = 256 only");
     constexpr int NBL = PAIR ? 1 : NB;                                // blocks of a row in each warp's loop
     constexpr int NL  = PAIR ? NW/2 : NW;                             // warps (pairs) that walk tiles
-    typedef turbo_mma_stage_cfg<NBL, KBS, VBS, lt::TPS, K_F16> cfg;
+    typedef turbo_mma_stage_cfg<NBL, KBS, VBS, lt::TPS, K_F16, V_F16> cfg;
     constexpr int TPS = cfg::TPS;
     constexpr int RING = NW*cfg::NSTAGE*cfg::WORDS;                   // staging ring, words
     constexpr int OSZ  = NL*NR*D;                                     // the warps' outputs (epilogue), floats
     __shared__ float    q_sh[NR*QS];
     // the pair tables: 64 entries (turbo3, turbo2; 256-byte aligned for turbo_mma_pick), 256 for turbo4 (1024-byte
     // aligned for turbo_mma_pick4)
-    constexpr int KTAB = KBITS == 4 ? 256 : 64, VTAB = VBITS == 4 ? 256 : 64;
+    constexpr int KTAB = KBITS == 4 ? 256 : 64, VTAB = VBITS == 4 ? 256 : V_TURBO ? 64 : 1;
     __shared__ __align__(KBITS == 4 ? 1024 : 256) uint32_t pairK[KTAB];
-    __shared__ __align__(VBITS == 4 ? 1024 : 256) uint32_t pairV[VTAB];
+    __shared__ __align__(VBITS == 4 ? 1024 : V_TURBO ? 256 : 4) uint32_t pairV[VTAB];   // (unused for a plain V)
     __shared__ float    Ms[NL*NR], Ls[NL*NR];
     __shared__ float4   xs_s[PAIR ? NL*2*2*WARP_SIZE : 1];           // v21: each warp's half of a tile's scores,
     __shared__ float2   xs_n[PAIR ? NL*2*2*WARP_SIZE : 1];           // and its K norms, two slots per pair
@@ -352,7 +384,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         if (K_TURBO && KBITS != 4) {
             pairK[tid] = turbo_mma_pair<KBITS, QKB>(tid);
         }
-        if (VBITS != 4) {
+        if (V_TURBO && VBITS != 4) {
             pairV[tid] = turbo_mma_pair<VBITS, QKB>(tid);
         }
     }
@@ -378,7 +410,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     uint32_t * ring = ring_os + warp*cfg::NSTAGE*cfg::WORDS;
     // one stage's copies: K rows then V rows of the 16 keys of tile t1
     turbo_mma_chunk_src<cfg::KC, cfg::KW, K_F16> ksrc;
-    turbo_mma_chunk_src<cfg::VC, cfg::VW> vsrc;
+    turbo_mma_chunk_src<cfg::VC, cfg::VW, V_F16> vsrc;
     ksrc.init(Kb, p.nb11, lane);
     vsrc.init(Vb, p.nb21, lane);
     auto stage = [&](uint32_t * st, const int t1) {
@@ -768,6 +800,55 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
     };
 
+    // ---- a q8_0 or f16 V tile's O^T += V^T . P^T (turbo K, D = 128; P as it is). V^T's A fragments hold two keys of
+    // one dim per register, so V's rows are transposed on their way in. f16: ldmatrix.trans of the staged rows, chunk
+    // jj's M rows m = dims 16jj + m. q8_0: lane (g, t) turns block t of keys g and g + 8 into f16 pairs as
+    // tile_scores_plain does (word jj: dims 32t + 4jj .. + 3, scaled by d: upstream's f16 conversion) and movmatrix
+    // transposes each pair's 8x8 matrix, so that chunk jj's M row m is dim 32(m/2 % 4) + 4jj + 2(m/8) + m % 2. The
+    // epilogue writes the outputs by these maps
+    auto tile_pv_plain = [&](const uint32_t * vst, const float (&pr)[4]) {
+        const uint32_t pb0 = turbo_movmatrix_trans(turbo_h2_bits(pr[0], pr[1]));  // keys 2t, 2t+1; row g
+        const uint32_t pb1 = turbo_movmatrix_trans(turbo_h2_bits(pr[2], pr[3]));  // keys 2t+8, 2t+9
+        if constexpr (V_F16) {
+            // lane L gives the row of key (L & 7) + 8(L >> 4) at chunk 2jj + (L >> 3 & 1), staged at (2jj + (L >> 3 & 1))
+            // ^ (L & 7) = 2jj ^ x (VSWZ): matrices 0..3 are a[0..3] (keys 0-7 | 8-15, dims 16jj + 0-7 | 8-15)
+            const uint32_t row = (uint32_t) __cvta_generic_to_shared(vst + ((lane & 7) + 8*(lane >> 4))*cfg::VW);
+            const int x = ((lane >> 3) & 1) ^ (lane & 7);
+#pragma unroll
+            for (int jj = 0; jj < CPB; ++jj) {
+                uint32_t a[4];
+                turbo_ldmatrix_x4_trans(a, row + 16*((2*jj) ^ x));
+                turbo_mma_16816<TPS == 1>(o[jj], a, pb0, pb1);
+            }
+        } else {
+            const half2 bias = __floats2half2_rn(1152.0f, 1152.0f);
+            half2 d2[2];
+            const uint32_t * vr[2];
+            int off[2];
+#pragma unroll
+            for (int i = 0; i < 2; ++i) {
+                vr[i]  = vst + (g + 8*i)*cfg::VW;
+                off[i] = vsh[i] + 34*t;
+                const half d = __ushort_as_half((uint16_t) turbo_sh_u16(vr[i], off[i]));
+                d2[i] = __halves2half2(d, d);
+            }
+#pragma unroll
+            for (int jj = 0; jj < CPB; ++jj) {
+                uint32_t a[4];   // a[2i]: dims 32t + 4jj + {0, 1} of key g + 8i, a[2i + 1]: + {2, 3}, then transposed
+#pragma unroll
+                for (int i = 0; i < 2; ++i) {
+                    const uint32_t w = turbo_sh_u32(vr[i], off[i] + 2 + 4*jj) ^ 0x80808080u;
+                    const uint32_t lo = __byte_perm(w, 0x64646464u, 0x4140), hi = __byte_perm(w, 0x64646464u, 0x4342);
+                    const half2 vlo = __hmul2(__hsub2(*(const half2 *) &lo, bias), d2[i]);
+                    const half2 vhi = __hmul2(__hsub2(*(const half2 *) &hi, bias), d2[i]);
+                    a[2*i]     = turbo_movmatrix_trans(*(const uint32_t *) &vlo);
+                    a[2*i + 1] = turbo_movmatrix_trans(*(const uint32_t *) &vhi);
+                }
+                turbo_mma_16816<TPS == 1>(o[jj], a, pb0, pb1);
+            }
+        }
+    };
+
     // a step: TPS tiles (tt, tt + NL, ...), staged as one group of the ring; GROUPS - 1 groups are in flight
     for (int it = 0; tt < t_end; tt += TPS*NL, ++it) {
         const uint32_t * gst = ring + (it % cfg::GROUPS)*TPS*cfg::WORDS;   // this step's stages
@@ -847,7 +928,11 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #pragma unroll
         for (int u = 0; u < TPS; ++u) {
             if (staged(u)) {
-                tile_pv(gst + u*cfg::WORDS + TURBO_MMA_KEYS*cfg::KW, pr[u]);
+                if constexpr (V_TURBO) {
+                    tile_pv(gst + u*cfg::WORDS + TURBO_MMA_KEYS*cfg::KW, pr[u]);
+                } else {
+                    tile_pv_plain(gst + u*cfg::WORDS + TURBO_MMA_KEYS*cfg::KW, pr[u]);
+                }
             }
         }
     }
@@ -865,14 +950,17 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             Ls[pair*NR + 2*t + i] = L[i];
         }
     }
+    // the dims of chunk j's M rows g and g + DD (tile_pv; tile_pv_plain: f16, q8_0)
+    constexpr int DD = V_TURBO ? 1 : V_F16 ? 8 : 2;
 #pragma unroll
     for (int j = 0; j < NBL*CPB; ++j) {
-        const int d = (PAIR ? bw : j / CPB)*QKB + (QKB/8)*g + 2*(j % CPB);
+        const int d = V_TURBO ? (PAIR ? bw : j / CPB)*QKB + (QKB/8)*g + 2*(j % CPB) :
+                      (PAIR ? bw*QKB : 0) + (V_F16 ? 16*j + g : 32*(g >> 1) + 4*j + (g & 1));
         float * ob = Os + (pair*NR + 2*t)*D;
-        ob[d]         = o[j][0];   // dim d,   row 2t
-        ob[D + d]     = o[j][1];   // dim d,   row 2t+1
-        ob[d + 1]     = o[j][2];   // dim d+1, row 2t
-        ob[D + d + 1] = o[j][3];
+        ob[d]          = o[j][0];   // dim d,      row 2t
+        ob[D + d]      = o[j][1];   // dim d,      row 2t+1
+        ob[d + DD]     = o[j][2];   // dim d + DD, row 2t
+        ob[D + d + DD] = o[j][3];
     }
     __syncthreads();
     const int64_t slot = ((int64_t) (iq3*n_hy + hy))*p.n_split + split;
@@ -911,6 +999,12 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     X(128, GGML_TYPE_TURBO3, TURBO_MMA_TWO_TILES) \
     X(256, GGML_TYPE_TURBO3, TURBO_MMA_WARP_PAIR) X(256, GGML_TYPE_TURBO2, TURBO_MMA_WARP_PAIR) \
     X(256, GGML_TYPE_TURBO4, TURBO_MMA_WARP_PAIR)
+// turbo K with q8_0 or f16 V (issue #29): D = 128, one tile per step, and (q8_0 V) D = 256, the warp pair (each warp
+// one 128-block of V's rows). Not with turbo4 K (its 1 KB pair table, 1024-byte aligned): f16 V at D = 128, q8_0 V at
+// D = 256; nor f16 V at D = 256 (two stages of its rows and the pair's 6 KB exchange slots): they are over the 48 KB
+// of static shared memory (turbo4 / q8_0 at D = 256: 49280 bytes)
+#define TURBO_MMA_FOR_EACH_V_Q8_0(X) X(128, GGML_TYPE_Q8_0, TURBO_MMA_ONE_TILE)
+#define TURBO_MMA_FOR_EACH_V_NOT_K4(X) X(128, GGML_TYPE_F16, TURBO_MMA_ONE_TILE) X(256, GGML_TYPE_Q8_0, TURBO_MMA_WARP_PAIR)
 #define TURBO_MMA_FOR_EACH_K_TURBO2(X) X(128, GGML_TYPE_TURBO2, TURBO_MMA_TWO_TILES_EX2)
 // turbo4 K with turbo4 V from 16K keys: two tiles per step, as turbo3
 #define TURBO_MMA_FOR_EACH_K_TURBO4(X) X(128, GGML_TYPE_TURBO4, TURBO_MMA_TWO_TILES)
@@ -936,6 +1030,10 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
         TURBO_MMA_FOR_EACH_64(TURBO_MMA_CASE)
     } else if constexpr (ggml_cuda_type_is_turbo(type_K)) {
         TURBO_MMA_FOR_EACH(TURBO_MMA_CASE)
+        TURBO_MMA_FOR_EACH_V_Q8_0(TURBO_MMA_CASE)
+        if constexpr (type_K != GGML_TYPE_TURBO4) {
+            TURBO_MMA_FOR_EACH_V_NOT_K4(TURBO_MMA_CASE)
+        }
     } else {
         TURBO_MMA_FOR_EACH_K_PLAIN(TURBO_MMA_CASE)
     }
@@ -955,10 +1053,11 @@ void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const gg
 // resident blocks per SM of the kernel, asked once from the runtime (the split count aims at one whole wave)
 template <ggml_type type_K>
 int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, const turbo_mma_loop loop) {
-    // [D 64, 128, 256][V turbo3, turbo2, turbo4, turbo3_64, turbo2_64, turbo4_64][loop]
-    static int cache[3][6][4] = {};
+    // [D 64, 128, 256][V turbo3, turbo2, turbo4, turbo3_64, turbo2_64, turbo4_64, q8_0, f16][loop]
+    static int cache[3][8][4] = {};
     const int iv = type_V == GGML_TYPE_TURBO2 ? 1 : type_V == GGML_TYPE_TURBO4 ? 2 : type_V == GGML_TYPE_TURBO3_64 ? 3 :
-                   type_V == GGML_TYPE_TURBO2_64 ? 4 : type_V == GGML_TYPE_TURBO4_64 ? 5 : 0;
+                   type_V == GGML_TYPE_TURBO2_64 ? 4 : type_V == GGML_TYPE_TURBO4_64 ? 5 : type_V == GGML_TYPE_Q8_0 ? 6 :
+                   type_V == GGML_TYPE_F16 ? 7 : 0;
     int & n = cache[D == 64 ? 0 : D == 128 ? 1 : 2][iv][loop];
     if (n == 0) {
         const void * fn = nullptr;
@@ -967,6 +1066,10 @@ int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, con
             TURBO_MMA_FOR_EACH_64(TURBO_MMA_FN)
         } else if constexpr (ggml_cuda_type_is_turbo(type_K)) {
             TURBO_MMA_FOR_EACH(TURBO_MMA_FN)
+            TURBO_MMA_FOR_EACH_V_Q8_0(TURBO_MMA_FN)
+            if constexpr (type_K != GGML_TYPE_TURBO4) {
+                TURBO_MMA_FOR_EACH_V_NOT_K4(TURBO_MMA_FN)
+            }
         } else {
             TURBO_MMA_FOR_EACH_K_PLAIN(TURBO_MMA_FN)
         }

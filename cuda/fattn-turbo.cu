@@ -50,7 +50,7 @@ bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst) {
     }
     // turbo4 with a turbo partner runs on the tensor-core kernel only (Ampere and newer; the scalar kernel has no such
     // instance): refused elsewhere, so it runs on the CPU. With a q8_0 / f16 partner the scalar kernel serves it
-    // (and the tensor-core kernel q8_0 K with turbo4 V at D = 128)
+    // (and the tensor-core kernel q8_0 K with turbo4 V and turbo4 K with q8_0 V at D = 128)
     if (K->type == GGML_TYPE_TURBO4 || V->type == GGML_TYPE_TURBO4) {
         const bool ok = !(K_turbo && V_turbo) || ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc);
         if (!ok) {
@@ -82,14 +82,34 @@ static void turbo_fattn_combine_launch(cudaStream_t stream, const float * part_a
     }
 }
 
-// the tensor-core kernel serves a turbo V on Ampere and newer with a turbo K, or at D = 128 with a q8_0 K or an f16 K
-// whose rows are 16-byte aligned (its staging copies whole 16-byte chunks of them); the scalar kernel
-// (fattn-turbo.cuh) serves the other pairs (turbo K with q8_0 / f16 V, D = 256 with a plain K) and older GPUs
+// an f16 K or V whose rows are 16-byte aligned: the tensor-core kernel's staging copies whole 16-byte chunks of them
+static bool turbo_fattn_f16_aligned(const ggml_tensor * X) {
+    return X->type == GGML_TYPE_F16 && (uintptr_t) X->data % 16 == 0 && X->nb[1] % 16 == 0 && X->nb[2] % 16 == 0 &&
+        X->nb[3] % 16 == 0;
+}
+
+// the tensor-core kernel serves on Ampere and newer a turbo K with a turbo V, a turbo K with a q8_0 V (turbo4 K: D = 128
+// only), at D = 128 a turbo K with an aligned f16 V, and a q8_0 K or an aligned f16 K with a turbo V; the scalar kernel
+// (fattn-turbo.cuh) serves the other pairs (D = 256 with a plain K or an f16 V, turbo4 with an f16 partner, turbo4 K with
+// q8_0 V at D = 256, unaligned f16 rows) and older GPUs. A turbo K
+// with a plain V (helper-23's run, H200, llama8b tg128 @32K against f16 in the same call; the scalar kernel: 0.77x):
+// turbo3/q8_0 1.09x, turbo3/f16 1.19x, turbo2/q8_0 1.11x, turbo2/f16 1.18x
 static bool turbo_fattn_uses_mma(const ggml_tensor * K, const ggml_tensor * V) {
     if (ggml_cuda_is_turbo64_type(V->type)) {
         return ggml_cuda_is_turbo64_type(K->type) && ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc);
     }
-    if (!ggml_cuda_is_turbo128_type(V->type) || !ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc)) {
+    if (!ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc)) {
+        return false;
+    }
+    if (ggml_cuda_is_turbo128_type(K->type) && !ggml_cuda_is_turbo128_type(V->type)) {
+        // turbo4 K with a plain V at D = 256, or an f16 V at D = 256, do not fit 48 KB of static shared memory there
+        // (TURBO_MMA_FOR_EACH_V_NOT_K4)
+        if (V->ne[0] == 256) {
+            return V->type == GGML_TYPE_Q8_0 && K->type != GGML_TYPE_TURBO4;
+        }
+        return V->type == GGML_TYPE_Q8_0 || (turbo_fattn_f16_aligned(V) && K->type != GGML_TYPE_TURBO4);
+    }
+    if (!ggml_cuda_is_turbo128_type(V->type)) {
         return false;
     }
     if (ggml_cuda_is_turbo128_type(K->type)) {
@@ -98,9 +118,7 @@ static bool turbo_fattn_uses_mma(const ggml_tensor * K, const ggml_tensor * V) {
     if (K->type == GGML_TYPE_F16 && V->type == GGML_TYPE_TURBO4) {
         return false;   // f16 K with turbo4 V does not fit 48 KB of static shared memory there: the scalar kernel
     }
-    const bool f16_aligned = K->type == GGML_TYPE_F16 && (uintptr_t) K->data % 16 == 0 && K->nb[1] % 16 == 0 &&
-        K->nb[2] % 16 == 0 && K->nb[3] % 16 == 0;
-    return K->ne[0] == 128 && (K->type == GGML_TYPE_Q8_0 || f16_aligned);
+    return K->ne[0] == 128 && (K->type == GGML_TYPE_Q8_0 || turbo_fattn_f16_aligned(K));
 }
 
 // the tensor-core kernel's loop (fattn-turbo-mma.cuh). At D = 128 from 16K keys: two 16-key tiles per warp step
@@ -110,7 +128,7 @@ static bool turbo_fattn_uses_mma(const ggml_tensor * K, const ggml_tensor * V) {
 // 91.9-92.2 @128K, turbo2 lost at 128K; below 16K not measured). At D = 256 (Gemma 3) a warp pair per tile (v21; run
 // 20, Gemma 3 270M tg128 against v11 in three calls: turbo3 +3-11% at depth 0, +1-5% at 8K, turbo2 +5-14% at 0-24K)
 static turbo_mma_loop turbo_fattn_mma_loop(const int D, const ggml_type type_K, const ggml_type type_V, const int n_kv) {
-    // q8_0 / f16 K (D = 128) and the 64-value types (D = 64): one tile per step, the only loop compiled for them. At D = 64
+    // q8_0 / f16 K, a q8_0 / f16 V at D = 128 and the 64-value types (D = 64): one tile per step, the only loop compiled. At D = 64
     // (run 33, llama1b shape tg64, two rounds each against f16 in the same call) the two-tile loop measured within the
     // noise at 32K (turbo3 640/628 against 602/636 t/s, turbo2 664/656 against 645/666, turbo4 637/629 against 632/639)
     // and half the splits lost (turbo3 618/618 at 32K)
@@ -118,7 +136,10 @@ static turbo_mma_loop turbo_fattn_mma_loop(const int D, const ggml_type type_K, 
         return TURBO_MMA_ONE_TILE;
     }
     if (D == 256) {
-        return TURBO_MMA_WARP_PAIR;
+        return TURBO_MMA_WARP_PAIR;   // (a turbo or q8_0 V)
+    }
+    if (!ggml_cuda_is_turbo128_type(type_V)) {
+        return TURBO_MMA_ONE_TILE;
     }
     if (n_kv >= 16384 && (type_V == GGML_TYPE_TURBO3 || (type_K == GGML_TYPE_TURBO4 && type_V == GGML_TYPE_TURBO4))) {
         return TURBO_MMA_TWO_TILES;
@@ -158,7 +179,7 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     const int id  = ggml_cuda_get_device();
     const int nsm = ggml_cuda_info().devices[id].nsm;
 
-    // tensor-core kernel (v4 and its successors) for a turbo V on Ampere and newer (turbo_fattn_uses_mma)
+    // tensor-core kernel (v4 and its successors) on Ampere and newer for the pairs of turbo_fattn_uses_mma
     const bool use_mma = turbo_fattn_uses_mma(K, V);
     GGML_ASSERT(!rope || use_mma);   // ggml_cuda_turbo_rope_fa_fusable checked it
     GGML_ASSERT(use_mma || !ggml_cuda_is_turbo64_type(V->type));   // ggml_cuda_turbo64_fattn_fused checked it

@@ -3,7 +3,8 @@
 It replays what every lane of one warp loads, which table entries it picks and how the mma.m16n8k16 and
 movmatrix fragments are laid out (PTX ISA layouts), and compares the warp's output with attention computed
 directly from the codes. It checks the index algebra of the kernel without a GPU (f32 arithmetic instead of
-f16 fragments, so the tolerance is tight). Usage: python cuda/sim_fattn_mma.py  (needs the bindings).
+f16 fragments, so the tolerance is tight). vplain: a turbo K with a q8_0 or f16 V (tile_pv_plain: ldmatrix.trans of
+swizzled f16 rows, or the q8_0 conversion and movmatrix), attention on V's values in the plain domain. Usage: python cuda/sim_fattn_mma.py  (needs the bindings).
 """
 from __future__ import annotations
 
@@ -83,6 +84,41 @@ def movmatrix_trans(x_regs):
     return [Y[lane >> 2, 2 * (lane & 3):2 * (lane & 3) + 2].copy() for lane in range(32)]
 
 
+def ldmatrix_x4_trans(rows):
+    """ldmatrix.x4.trans: rows[L] = the 8 values (16 bytes) at lane L's address; lanes 8i..8i+7 address the rows of
+    matrix i, and lane (g, t) receives in register i that matrix's elements (2t, g), (2t+1, g)"""
+    out = []
+    for lane in range(32):
+        g, t = lane >> 2, lane & 3
+        out.append([np.array([rows[8 * i + 2 * t][g], rows[8 * i + 2 * t + 1][g]]) for i in range(4)])
+    return out
+
+
+def f16(x):
+    return np.float16(x).astype(np.float64)
+
+
+def quantize_q8_0(x):
+    """ggml's reference q8_0 of [n, D] floats: [n, D/32 * 34] bytes (d f16, 32 int8 per block)"""
+    n, D = x.shape
+    b = x.reshape(n, D // 32, 32).astype(np.float32)
+    d = np.abs(b).max(2) / 127
+    q = np.round(b * np.where(d > 0, 1 / np.where(d > 0, d, 1), 0)[..., None]).astype(np.int8)
+    out = np.zeros((n, D // 32, 34), np.uint8)
+    out[:, :, :2] = d.astype(np.float16)[..., None].view(np.uint8)
+    out[:, :, 2:] = q.view(np.uint8)
+    return out.reshape(n, D // 32 * 34)
+
+
+def q8_0_pair(row, off, scale):
+    """the kernel's int8 -> f16 of tile_pv_plain (word at byte off, bytes ^ 0x80 under 0x64 exponent bytes, minus
+    1152, times d, each in f16): ([dims +0, +1], [dims +2, +3])"""
+    w = (u16(row, off) | u16(row, off + 2) << 16) ^ 0x80808080
+    lo, hi = byte_perm(w, 0x64646464, 0x4140), byte_perm(w, 0x64646464, 0x4342)
+    h = lambda x: np.array([x & 0xFFFF, x >> 16], np.uint16).view(np.float16).astype(np.float64)
+    return f16(f16(h(lo) - 1152) * scale), f16(f16(h(hi) - 1152) * scale)
+
+
 def byte_perm(x, y, sel):
     """CUDA's __byte_perm (default mode): byte i of the result is byte (sel >> 4i) & 7 of y:x"""
     b = [(x >> 8 * i) & 0xFF for i in range(4)] + [(y >> 8 * i) & 0xFF for i in range(4)]
@@ -104,16 +140,18 @@ def idx4_pick(w, n):
     return ((w >> (8 * (n >> 1))) & 0xFF) >> 2
 
 
-def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0, variant=4, qk=128):
+def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0, variant=4, qk=128, vplain=None):
     """variant 4: table indexes cut from the codes per lookup (v4-v7); 8: index bytes built per word (v8).
-    qk: the block size (64: the 64-value types at D = 64, a lane's K dims (qk/4) t.., V dims (qk/8) g..)"""
+    qk: the block size (64: the 64-value types at D = 64, a lane's K dims (qk/4) t.., V dims (qk/8) g..).
+    vplain: "q8_0" or "f16" V (tile_pv_plain, D = 128): V's values as they are, the output in the plain domain"""
     rng = np.random.default_rng(seed)
     NB = D // qk
     CPB = qk // 16   # mma chunks per block
     kname, vname = (f"turbo{kbits}", f"turbo{vbits}") if qk == 128 else (f"turbo{kbits}_64", f"turbo{vbits}_64")
     Kf = rng.standard_normal((n_kv, D)).astype(np.float32) * rng.uniform(0.5, 3, (n_kv, 1)).astype(np.float32)
     Vf = rng.standard_normal((n_kv, D)).astype(np.float32)
-    Kq = tl.quantize(Kf, kname); Vq = tl.quantize(Vf, vname)
+    Kq = tl.quantize(Kf, kname)
+    Vq = tl.quantize(Vf, vname) if vplain is None else quantize_q8_0(Vf) if vplain == "q8_0" else Vf.astype(np.float16)
     KBS, VBS = Kq.shape[1] // NB, Vq.shape[1] // NB
     R = gqa
     q = np.zeros((8, D)); q[:R] = rng.standard_normal((R, D))
@@ -128,7 +166,14 @@ def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0, variant=4, qk=128)
             norm = blk[:, :2].copy().view("<f2").astype(np.float64)[:, 0]
             out[:, b * qk:(b + 1) * qk] = norm[:, None] * c[codes_of(np.ascontiguousarray(blk), bits, qk)]
         return out
-    Kr, Vr = decode(Kq, kbits, KBS), decode(Vq, vbits, VBS)
+    Kr = decode(Kq, kbits, KBS)
+    if vplain == "q8_0":
+        b = Vq.reshape(n_kv, D // 32, 34)
+        Vr = f16(b[:, :, :2].copy().view(np.float16).astype(np.float64) * b[:, :, 2:].view(np.int8)).reshape(n_kv, D)
+    elif vplain == "f16":
+        Vr = Vq.astype(np.float64)
+    else:
+        Vr = decode(Vq, vbits, VBS)
     S = qrot @ Kr.T
     P = np.exp(S - S.max(1, keepdims=True)); P /= P.sum(1, keepdims=True)
     O_ref = P @ Vr
@@ -205,7 +250,43 @@ def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0, variant=4, qk=128)
             L[lane][1] = L[lane][1] * alpha[lane][1] + pr[lane][1] + pr[lane][3]
             for j in range(NB * CPB):
                 o[lane, j] *= np.array([alpha[lane][0], alpha[lane][1], alpha[lane][0], alpha[lane][1]])
-        for b in range(NB):
+        if vplain is not None:
+            # tile_pv_plain: P as it is; f16: ldmatrix.trans of rows staged with chunk c of key kk at c ^ (kk & 7);
+            # q8_0: lane (g, t) converts block t of keys g, g + 8, movmatrix transposes each pair
+            pb0 = movmatrix_trans([np.array([pr[l][0], pr[l][1]]) for l in range(32)])
+            pb1 = movmatrix_trans([np.array([pr[l][2], pr[l][3]]) for l in range(32)])
+            b_regs = [(pb0[l], pb1[l]) for l in range(32)]
+            if vplain == "f16":
+                staged = np.zeros((16, 16, 8))
+                for kk in range(16):
+                    if k0 + kk < n_kv:
+                        for c in range(16):
+                            staged[kk, c ^ (kk & 7)] = Vq[k0 + kk, 8 * c:8 * c + 8]
+            for jj in range(CPB):
+                if vplain == "f16":
+                    rows = []
+                    for ln in range(32):   # lane ln's address: key (ln & 7) + 8(ln >> 4), chunk 2jj + (ln >> 3 & 1)
+                        x = ((ln >> 3) & 1) ^ (ln & 7)
+                        rows.append(staged[(ln & 7) + 8 * (ln >> 4), (2 * jj) ^ x])
+                    a_regs = ldmatrix_x4_trans(rows)
+                else:
+                    pre = [[None] * 4 for _ in range(32)]
+                    for lane in range(32):
+                        g, t = lane >> 2, lane & 3
+                        for i in range(2):
+                            key = k0 + g + 8 * i
+                            if key < n_kv:
+                                row = Vq[key]
+                                d = float(row[34 * t:34 * t + 2].copy().view(np.float16)[0])
+                                pre[lane][2 * i], pre[lane][2 * i + 1] = q8_0_pair(row, 34 * t + 2 + 4 * jj, d)
+                            else:
+                                pre[lane][2 * i] = pre[lane][2 * i + 1] = np.zeros(2)
+                    tr = [movmatrix_trans([pre[l][r] for l in range(32)]) for r in range(4)]
+                    a_regs = [[tr[r][l] for r in range(4)] for l in range(32)]
+                outs = mma(a_regs, b_regs, [o[l, jj] for l in range(32)])
+                for lane in range(32):
+                    o[lane, jj] = np.array(outs[lane])
+        for b in range(NB if vplain is None else 0):
             vn, vw = {}, {}
             for lane in range(32):
                 g, t = lane >> 2, lane & 3
@@ -261,8 +342,14 @@ def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0, variant=4, qk=128)
         for i in range(2):
             Lr[2 * t + i] += L[lane][i]
         for j in range(NB * CPB):
-            d = (j // CPB) * qk + (qk // 8) * g + 2 * (j % CPB)
-            O[2 * t, d], O[2 * t + 1, d], O[2 * t, d + 1], O[2 * t + 1, d + 1] = o[lane, j]
+            # the kernel's epilogue: the dims of M rows g and g + DD of chunk j
+            if vplain is None:
+                d, DD = (j // CPB) * qk + (qk // 8) * g + 2 * (j % CPB), 1
+            elif vplain == "f16":
+                d, DD = 16 * j + g, 8
+            else:
+                d, DD = 32 * (g >> 1) + 4 * j + (g & 1), 2
+            O[2 * t, d], O[2 * t + 1, d], O[2 * t, d + DD], O[2 * t + 1, d + DD] = o[lane, j]
     return O, Lr, O_ref, R
 
 
@@ -277,5 +364,13 @@ if __name__ == "__main__":
                     err = np.abs(out - O_ref[:R]).max() / np.abs(O_ref[:R]).max()
                     worst = max(worst, err)
                     print(f"D={D} qk={qk} K turbo{kb} V turbo{vb} n_kv={n_kv}: max rel err {err:.2e}")
+    for kb in (3, 2):
+        for vp in ("q8_0", "f16"):
+            for n_kv in (16, 50):
+                O, Lr, O_ref, R = simulate(128, kb, 0, n_kv, vplain=vp)
+                out = O[:R] / Lr[:R, None]
+                err = np.abs(out - O_ref[:R]).max() / np.abs(O_ref[:R]).max()
+                worst = max(worst, err)
+                print(f"D=128 K turbo{kb} V {vp} n_kv={n_kv}: max rel err {err:.2e}")
     print("SIM", "PASS" if worst < 1e-6 else "FAIL", f"(worst {worst:.2e})")
     sys.exit(0 if worst < 1e-6 else 1)

@@ -36,6 +36,29 @@ def test_mma_fragment_model_matches_attention(sim, D, qk, kbits, vbits, n_kv, va
     assert err < 1e-9, f"v{variant} D={D} qk={qk} K turbo{kbits} V turbo{vbits} n_kv={n_kv}: relative error {err:.3g}"
 
 
+@pytest.mark.parametrize("vplain", ["q8_0", "f16"])
+@pytest.mark.parametrize("kbits", [3, 2])
+@pytest.mark.parametrize("n_kv", [16, 50])
+def test_mma_plain_v_fragment_model_matches_attention(sim, vplain, kbits, n_kv):
+    """turbo K with a q8_0 or f16 V (tile_pv_plain): the f16 V's ldmatrix.trans of swizzled rows, the q8_0 V's
+    conversion and movmatrix, and the epilogue's dims, against attention on V's values in the plain domain"""
+    O, L, O_ref, R = sim.simulate(128, kbits, 0, n_kv, seed=7 * kbits + n_kv, vplain=vplain)
+    err = np.abs(O[:R] / L[:R, None] - O_ref[:R]).max() / np.abs(O_ref[:R]).max()
+    assert err < 1e-9, f"K turbo{kbits} V {vplain} n_kv={n_kv}: relative error {err:.3g}"
+
+
+def test_plain_v_model_notices_a_wrong_matrix_order(sim, monkeypatch):
+    """The plain-V model can fail: ldmatrix's matrices 1 and 2 swapped (keys 0-7 of dims 8-15 taken for keys 8-15
+    of dims 0-7) is caught."""
+    load = sim.ldmatrix_x4_trans
+
+    def swapped(rows):
+        return [[r[0], r[2], r[1], r[3]] for r in load(rows)]
+    monkeypatch.setattr(sim, "ldmatrix_x4_trans", swapped)
+    O, L, O_ref, R = sim.simulate(128, 3, 0, 50, seed=1, vplain="f16")
+    assert np.abs(O[:R] / L[:R, None] - O_ref[:R]).max() / np.abs(O_ref[:R]).max() > 1e-3
+
+
 def test_index_bytes_match_the_nibble_indexes(sim):
     """v8's index words (turbo_mma_idx4) give the same table index as v4's per-lookup cut, for every nibble,
     on random code words: the high bits of pair n sit at bits 2n, 2n+1 of hi (K: all 32 bits, 16 pairs)."""
