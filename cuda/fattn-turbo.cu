@@ -91,9 +91,9 @@ static bool turbo_fattn_f16_aligned(const ggml_tensor * X) {
 // the tensor-core kernel serves on Ampere and newer a turbo K with a turbo V, a turbo K with a q8_0 V (turbo4 K: D = 128
 // only), at D = 128 a turbo K with an aligned f16 V, and a q8_0 K or an aligned f16 K with a turbo V; the scalar kernel
 // (fattn-turbo.cuh) serves the other pairs (D = 256 with a plain K or an f16 V, turbo4 with an f16 partner, turbo4 K with
-// q8_0 V at D = 256, unaligned f16 rows) and older GPUs. A turbo K
-// with a plain V (helper-23's run, H200, llama8b tg128 @32K against f16 in the same call; the scalar kernel: 0.77x):
-// turbo3/q8_0 1.09x, turbo3/f16 1.19x, turbo2/q8_0 1.11x, turbo2/f16 1.18x
+// q8_0 V at D = 256, unaligned f16 rows) and older GPUs. A turbo K with a plain V there (H200, llama8b tg128 @32K,
+// ratio to f16 of the same call, results/gpu.md; the scalar kernel: 0.77x): turbo3/q8_0 1.09x, turbo3/f16 1.19x,
+// turbo2/q8_0 1.11x, turbo2/f16 1.18x
 static bool turbo_fattn_uses_mma(const ggml_tensor * K, const ggml_tensor * V) {
     if (ggml_cuda_is_turbo64_type(V->type)) {
         return ggml_cuda_is_turbo64_type(K->type) && ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc);
