@@ -262,6 +262,28 @@ static __device__ __forceinline__ uint32_t turbo_sh_u16(const uint32_t * row, co
     return (row[off >> 2] >> ((off & 2)*8)) & 0xFFFFu;
 }
 
+// q8_0 -> f16 pairs, one code for a q8_0 K (tile_scores_plain) and V (tile_pv_plain): both keep upstream's rounding;
+// the scale d of the block at byte offset off of a staged row, as a pair
+static __device__ __forceinline__ half2 turbo_q8_d2(const uint32_t * row, const int off) {
+    const half d = __ushort_as_half((uint16_t) turbo_sh_u16(row, off));
+    return __halves2half2(d, d);
+}
+// one word q of the block's int8 (4 dims) as lo (dims 0, 1) and hi (2, 3): exact by the bytes of 1024 + 128 + q (offset
+// binary under 0x64 exponent bytes), minus bias = 1152 (turbo_q8_bias: the caller's, once, as the conversion is an asm
+// that is not merged), then times d: the one rounding of upstream's f16 conversion
+static __device__ __forceinline__ half2 turbo_q8_bias() {
+    return __floats2half2_rn(1152.0f, 1152.0f);
+}
+static __device__ __forceinline__ void turbo_q8_h2(const uint32_t q, const half2 d2, const half2 bias,
+                                                   uint32_t & lo, uint32_t & hi) {
+    const uint32_t w = q ^ 0x80808080u;
+    const uint32_t l = __byte_perm(w, 0x64646464u, 0x4140), h = __byte_perm(w, 0x64646464u, 0x4342);
+    const half2 vlo = __hmul2(__hsub2(*(const half2 *) &l, bias), d2);
+    const half2 vhi = __hmul2(__hsub2(*(const half2 *) &h, bias), d2);
+    lo = *(const uint32_t *) &vlo;
+    hi = *(const uint32_t *) &vhi;
+}
+
 // V: the codes of two keys a, b at the lane's 16 dims, interleaved so that nibble jj of lo_e/lo_o holds
 // (a, b) at dim 2jj / 2jj+1, and bits 2jj, 2jj+1 of hi_e/hi_o their high bits
 struct turbo_mma_vpair {
@@ -590,9 +612,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 turbo_mma_16816<TPS == 1>(sb, a1, qb[2*j + 1][0], qb[2*j + 1][1]);
             }
         } else {
-            // int8 -> f16 exactly by the bytes of 1024 + 128 + q (offset binary under 0x64 exponent bytes), minus 1152,
-            // then times d: the one rounding of upstream's f16 conversion of a q8_0 cache
-            const half2 bias = __floats2half2_rn(1152.0f, 1152.0f);
+            // int8 -> f16 by turbo_q8_h2: exact, then times d (upstream's one rounding)
+            const half2 bias = turbo_q8_bias();
             half2 d2[2];
             const uint32_t * kr[2];
             int o[2];
@@ -600,20 +621,15 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             for (int i = 0; i < 2; ++i) {
                 kr[i] = kst + (g + 8*i)*cfg::KW;
                 o[i]  = ksh[i] + 34*t;
-                const half d = __ushort_as_half((uint16_t) turbo_sh_u16(kr[i], o[i]));
-                d2[i] = __halves2half2(d, d);
+                d2[i] = turbo_q8_d2(kr[i], o[i]);
             }
 #pragma unroll
             for (int cc = 0; cc < 8; ++cc) {
                 uint32_t a[4];
 #pragma unroll
                 for (int i = 0; i < 2; ++i) {
-                    const uint32_t w = turbo_sh_u32(kr[i], o[i] + 2 + 4*cc) ^ 0x80808080u;
-                    const uint32_t lo = __byte_perm(w, 0x64646464u, 0x4140), hi = __byte_perm(w, 0x64646464u, 0x4342);
-                    const half2 vlo = __hmul2(__hsub2(*(const half2 *) &lo, bias), d2[i]);
-                    const half2 vhi = __hmul2(__hsub2(*(const half2 *) &hi, bias), d2[i]);
-                    a[i]     = *(const uint32_t *) &vlo;   // dims 32t + 4cc + {0, 1}
-                    a[2 + i] = *(const uint32_t *) &vhi;   // dims 32t + 4cc + {2, 3}
+                    // a[i]: dims 32t + 4cc + {0, 1}, a[2 + i]: + {2, 3}
+                    turbo_q8_h2(turbo_sh_u32(kr[i], o[i] + 2 + 4*cc), d2[i], bias, a[i], a[2 + i]);
                 }
                 turbo_mma_16816<TPS == 1>(sb, a, qb[cc][0], qb[cc][1]);
             }
@@ -821,7 +837,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
                 turbo_mma_16816<TPS == 1>(o[jj], a, pb0, pb1);
             }
         } else {
-            const half2 bias = __floats2half2_rn(1152.0f, 1152.0f);
+            const half2 bias = turbo_q8_bias();
             half2 d2[2];
             const uint32_t * vr[2];
             int off[2];
@@ -829,20 +845,17 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
             for (int i = 0; i < 2; ++i) {
                 vr[i]  = vst + (g + 8*i)*cfg::VW;
                 off[i] = vsh[i] + 34*t;
-                const half d = __ushort_as_half((uint16_t) turbo_sh_u16(vr[i], off[i]));
-                d2[i] = __halves2half2(d, d);
+                d2[i]  = turbo_q8_d2(vr[i], off[i]);
             }
 #pragma unroll
             for (int jj = 0; jj < CPB; ++jj) {
                 uint32_t a[4];   // a[2i]: dims 32t + 4jj + {0, 1} of key g + 8i, a[2i + 1]: + {2, 3}, then transposed
 #pragma unroll
                 for (int i = 0; i < 2; ++i) {
-                    const uint32_t w = turbo_sh_u32(vr[i], off[i] + 2 + 4*jj) ^ 0x80808080u;
-                    const uint32_t lo = __byte_perm(w, 0x64646464u, 0x4140), hi = __byte_perm(w, 0x64646464u, 0x4342);
-                    const half2 vlo = __hmul2(__hsub2(*(const half2 *) &lo, bias), d2[i]);
-                    const half2 vhi = __hmul2(__hsub2(*(const half2 *) &hi, bias), d2[i]);
-                    a[2*i]     = turbo_movmatrix_trans(*(const uint32_t *) &vlo);
-                    a[2*i + 1] = turbo_movmatrix_trans(*(const uint32_t *) &vhi);
+                    uint32_t lo, hi;
+                    turbo_q8_h2(turbo_sh_u32(vr[i], off[i] + 2 + 4*jj), d2[i], bias, lo, hi);
+                    a[2*i]     = turbo_movmatrix_trans(lo);
+                    a[2*i + 1] = turbo_movmatrix_trans(hi);
                 }
                 turbo_mma_16816<TPS == 1>(o[jj], a, pb0, pb1);
             }
