@@ -268,12 +268,12 @@ static __device__ __forceinline__ half2 turbo_q8_d2(const uint32_t * row, const 
     const half d = __ushort_as_half((uint16_t) turbo_sh_u16(row, off));
     return __halves2half2(d, d);
 }
-// one word q of the block's int8 (4 dims) as lo (dims 0, 1) and hi (2, 3): exact by the bytes of 1024 + 128 + q (offset
-// binary under 0x64 exponent bytes), minus bias = 1152 (turbo_q8_bias: the caller's, once, as the conversion is an asm
-// that is not merged), then times d: the one rounding of upstream's f16 conversion
+// 1152 = 1024 + 128 as a pair; the caller makes it once (the conversion is an asm that nvcc does not merge across loads)
 static __device__ __forceinline__ half2 turbo_q8_bias() {
     return __floats2half2_rn(1152.0f, 1152.0f);
 }
+// one word q of the block's int8 (4 dims) as lo (dims 0, 1) and hi (2, 3): exact by the bytes of 1024 + 128 + q (offset
+// binary under 0x64 exponent bytes), minus bias, then times d: the one rounding of upstream's f16 conversion
 static __device__ __forceinline__ void turbo_q8_h2(const uint32_t q, const half2 d2, const half2 bias,
                                                    uint32_t & lo, uint32_t & hi) {
     const uint32_t w = q ^ 0x80808080u;
