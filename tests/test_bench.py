@@ -142,6 +142,32 @@ def test_bench_command_refuses_a_malformed_type():
     assert r.exit_code == 2 and "turbo3+PDL" in r.output
 
 
+def test_bench_types_with_llama_bench_alone(tmp_path, monkeypatch, capsys):
+    """A build of llama-bench alone (its --help lists no cache types) runs unchecked, with a note; with no tool at all
+    the error names the fix; a listing tool still refuses a type the build lacks before any run."""
+    from turbo_llama import bench
+    from turbo_llama.cache_types import CacheTypeError
+    from turbo_llama.llama_tools import ToolError
+    have = {"llama-bench": tmp_path / "llama-bench"}
+
+    def fake_find(name):
+        if name not in have:
+            raise ToolError(f"{name} not found")
+        return have[name]
+
+    monkeypatch.setattr(bench, "find_tool", fake_find)
+    bench.check_bench_types(["f16", "turbo3", "q8_0/turbo3"])
+    assert "not checked before the runs" in capsys.readouterr().err
+    have.clear()
+    with pytest.raises(ToolError, match="turbo-llama build"):
+        bench.check_bench_types(["f16"])
+    have["llama-perplexity"] = tmp_path / "llama-perplexity"
+    monkeypatch.setattr(bench, "supported_types", lambda exe: ["f16", "q8_0", "turbo3"])
+    with pytest.raises(CacheTypeError, match="turbo9"):
+        bench.check_bench_types(["f16", "turbo9"])
+    bench.check_bench_types(["f16", "q8_0/turbo3"])
+
+
 def test_shapes_are_real_model_shapes():
     s = SHAPES["llama8b"]
     assert (s.n_layer, s.n_embd, s.n_head, s.n_head_kv, s.head_dim, s.n_ff, s.n_vocab) == \
