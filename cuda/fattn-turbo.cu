@@ -150,8 +150,10 @@ static turbo_mma_loop turbo_fattn_mma_loop(const int D, const ggml_type type_K, 
     return TURBO_MMA_ONE_TILE;
 }
 
-// rope: Q's ROPE node when its RoPE is done on q's load (then Q is read from the ROPE's input), else nullptr
-static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * dst, const ggml_tensor * rope) {
+// rope: Q's ROPE node when its RoPE is done on q's load (then Q is read from the ROPE's input), else nullptr; mul: the
+// MUL that makes the ROPE's input when it is done on load too (ggml_cuda_turbo_rope_mul_fusable: Q read from its input)
+static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * dst, const ggml_tensor * rope,
+        const ggml_tensor * mul = nullptr) {
     ggml_cuda_turbo_check_tables();
     const ggml_tensor * Q     = dst->src[0];
     const ggml_tensor * K     = dst->src[1];
@@ -245,9 +247,13 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     // pad rows skipped). Run 17: the fused RoPE made the kernel 6.98 -> 8.34 us at depth 0, each lane computing
     // them for both of its rows; run 18: 8.91 -> 8.04 us with them once
     p.rope_once = rope && n_q == 1 && D == (ggml_cuda_is_turbo64_type(V->type) ? QK_TURBO_64 : QK_TURBO) ? 1 : 0;
-    if (rope) {   // Q views the ROPE's output; its input has the same layout (ggml_cuda_turbo_rope_fa_fusable)
+    GGML_ASSERT(!mul || (rope && rope->src[0] == mul));
+    if (rope) {   // Q views the ROPE's output; its input has the same layout (ggml_cuda_turbo_rope_fa_fusable), and so
+                  // has the MUL's input (ggml_cuda_turbo_rope_mul_fusable)
         ggml_cuda_turbo_rope_params(rope, p.rope);
-        p.Q = (const char *) rope->src[0]->data + ((const char *) Q->data - (const char *) rope->data);
+        const ggml_tensor * x = mul ? mul->src[0] : rope->src[0];
+        p.rope.mul = mul ? (const float *) mul->src[1]->data : nullptr;
+        p.Q = (const char *) x->data + ((const char *) Q->data - (const char *) rope->data);
     }
     p.mask = mask ? (const char *) mask->data : nullptr;
     p.part_acc = part_acc.ptr; p.part_meta = part_meta.ptr;
@@ -393,12 +399,18 @@ int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
     return 0;
 }
 
-void ggml_cuda_turbo_rope_fa(ggml_backend_cuda_context & ctx, const ggml_tensor * rope, ggml_tensor * fa) {
+void ggml_cuda_turbo_rope_fa(ggml_backend_cuda_context & ctx, const ggml_tensor * rope, ggml_tensor * fa,
+        const ggml_tensor * mul) {
     // said once, so that a run's log shows the fusion happened (run 17: a check on the graph refused it unseen)
     static bool said = false;
     if (!said) {
         said = true;
         GGML_LOG_INFO("turbo: Q's RoPE done by the decode attention kernel (%s)\n", rope->name);
     }
-    turbo_fattn_decode(ctx, fa, rope);
+    static bool said_mul = false;
+    if (mul && !said_mul) {
+        said_mul = true;
+        GGML_LOG_INFO("turbo: the MUL before Q's RoPE done by the decode attention kernel too (%s)\n", mul->name);
+    }
+    turbo_fattn_decode(ctx, fa, rope, mul);
 }

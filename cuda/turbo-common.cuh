@@ -619,6 +619,9 @@ static __device__ __forceinline__ void turbo_warp_decode(const uint8_t * src_blo
 struct turbo_rope {
     const int32_t * pos;   // one position per token (row); nullptr: no rope
     const float * freq_factors;
+    // a MUL before the ROPE folded into it (ggml_cuda_turbo_rope_mul_fusable): x*mul[e] per value e of a head, the
+    // same f32 product as ggml-cuda's MUL, before the rotation; nullptr: none
+    const float * mul;
     int D, n_dims, n_offs, neox;
     float theta_scale, freq_scale, ext_factor, attn_factor, corr0, corr1;
 };
@@ -664,6 +667,12 @@ static __device__ __forceinline__ void turbo_rope_block_cs(const turbo_rope & r,
 template <int NV = 4>
 static __device__ __forceinline__ void turbo_rope_apply(const turbo_rope & r, float v[NV], const int e0, const float c[NV],
         const float s[NV], const int lane) {
+    if (r.mul) {   // warp-uniform; a partner's product is its own lane's (or this lane's other value's)
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            v[k] = __fmul_rn(v[k], r.mul[e0 + lane + 32*k]);   // never contracted into an FMA: MUL's x*y exactly
+        }
+    }
     float o[NV];
 #pragma unroll
     for (int k = 0; k < NV; ++k) {

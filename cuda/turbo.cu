@@ -363,12 +363,16 @@ void ggml_cuda_turbo_rope_params(const ggml_tensor * rope, turbo_rope & r) {
     r.corr0 = corr[0]; r.corr1 = corr[1];
     r.pos = (const int32_t *) rope->src[1]->data;
     r.freq_factors = rope->src[2] ? (const float *) rope->src[2]->data : nullptr;
+    r.mul = nullptr;
 }
 
-// the job reads the ROPE's input instead of its (viewed) output, and rotates it as upstream's ROPE would
-static void turbo_rope_of(const ggml_tensor * rope, turbo_set_rows_job & j) {
-    const ggml_tensor * x = rope->src[0];
+// the job reads the ROPE's input instead of its (viewed) output, and rotates it as upstream's ROPE would; with mul
+// (the MUL that makes the ROPE's input, ggml_cuda_turbo_rope_mul_fusable), the MUL's input, multiplied first
+static void turbo_rope_of(const ggml_tensor * rope, turbo_set_rows_job & j, const ggml_tensor * mul = nullptr) {
+    GGML_ASSERT(!mul || rope->src[0] == mul);
+    const ggml_tensor * x = mul ? mul->src[0] : rope->src[0];   // the same layout (checked by the callers)
     ggml_cuda_turbo_rope_params(rope, j.rope);
+    j.rope.mul = mul ? (const float *) mul->src[1]->data : nullptr;
     j.src0 = x->data;
     j.s01  = x->nb[2]/sizeof(float);   // one token's heads are contiguous (checked by the caller)
 }
@@ -424,10 +428,10 @@ static void turbo_set_rows_launch_a(cudaStream_t stream, const turbo_set_rows_jo
 template <typename src_t, typename idx_t>
 static void turbo_set_rows_launch(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
         ggml_tensor * dst, const float * off, const ggml_tensor * src0_b = nullptr, ggml_tensor * dst_b = nullptr,
-        const ggml_tensor * rope = nullptr) {
+        const ggml_tensor * rope = nullptr, const ggml_tensor * mul = nullptr) {
     turbo_set_rows_job a = turbo_set_rows_job_of<src_t, idx_t>(src0, src1, dst, off);
     if (rope) {
-        turbo_rope_of(rope, a);
+        turbo_rope_of(rope, a, mul);
     }
     turbo_set_rows_job b = a;
     b.nblk = 0;
@@ -523,8 +527,9 @@ bool ggml_cuda_turbo_set_rows_pair_fusable(const ggml_tensor * set_rows_k, const
 }
 
 void ggml_cuda_turbo_set_rows_sub_pair(ggml_backend_cuda_context & ctx, const ggml_tensor * sub, ggml_tensor * set_rows_k,
-        ggml_tensor * set_rows_v, const ggml_tensor * rope) {
+        ggml_tensor * set_rows_v, const ggml_tensor * rope, const ggml_tensor * mul) {
     turbo_check_tables_of(set_rows_k->type);
+    GGML_ASSERT(!mul || rope);
     // said once, so that a run's log shows the fusion happened (run 19: it never runs on Gemma 3, whose graph puts V's
     // matmul between K's ROPE and the SUB, and nothing had shown that)
     static bool said = false;
@@ -532,12 +537,17 @@ void ggml_cuda_turbo_set_rows_sub_pair(ggml_backend_cuda_context & ctx, const gg
         said = true;
         GGML_LOG_INFO("turbo: K's RoPE done by the turbo K write (%s, %d-wide heads)\n", rope->name, (int) rope->ne[0]);
     }
+    static bool said_mul = false;
+    if (mul && !said_mul) {
+        said_mul = true;
+        GGML_LOG_INFO("turbo: the MUL before K's RoPE done by the turbo K write too (%s)\n", mul->name);
+    }
     const float * off = (const float *) sub->src[1]->data;
     const ggml_tensor * src_v = set_rows_v ? set_rows_v->src[0] : nullptr;
     if (set_rows_k->src[1]->type == GGML_TYPE_I64) {
-        turbo_set_rows_launch<float, int64_t>(ctx, sub->src[0], set_rows_k->src[1], set_rows_k, off, src_v, set_rows_v, rope);
+        turbo_set_rows_launch<float, int64_t>(ctx, sub->src[0], set_rows_k->src[1], set_rows_k, off, src_v, set_rows_v, rope, mul);
     } else {
-        turbo_set_rows_launch<float, int32_t>(ctx, sub->src[0], set_rows_k->src[1], set_rows_k, off, src_v, set_rows_v, rope);
+        turbo_set_rows_launch<float, int32_t>(ctx, sub->src[0], set_rows_k->src[1], set_rows_k, off, src_v, set_rows_v, rope, mul);
     }
 }
 
@@ -553,6 +563,36 @@ bool ggml_cuda_turbo_rope_set_rows_fusable(const ggml_tensor * rope, const ggml_
     const bool shape_ok = x->nb[0] == sizeof(float) && x->nb[1] == D*sizeof(float) && ggml_is_contiguous(view) &&
         view->ne[0] == x->ne[0]*x->ne[1] && view->ne[1] == x->ne[2];
     return shape_ok && ggml_cuda_turbo_rope_on_load_ok(rope);
+}
+
+// llama's q*D and k/D (patch 0041: Llama and Qwen2 with a turbo K cache) sit between the projections and the RoPEs;
+// run 36 measured every turbo-K decode ~5% slower since (two launches more per layer and token, the attention op
+// unchanged). A MUL that the fused RoPE kernels absorb: f32 x times a contiguous f32 row d of x's width (one head),
+// broadcast over heads and tokens, x with the MUL's layout (so the kernels read it in place of the MUL's output),
+// the MUL's one consumer the ROPE after it with only views between (nothing computed between can overwrite x). The
+// fused ROPE's own checks (ggml_cuda_turbo_rope_fa_fusable, ggml_cuda_turbo_rope_set_rows_fusable) decide the rest.
+int ggml_cuda_turbo_rope_mul_fusable(const ggml_cgraph * cgraph, const int i) {
+    const ggml_tensor * mul = cgraph->nodes[i];
+    if (mul->op != GGML_OP_MUL || ggml_node_get_use_count(cgraph, i) != 1 || (mul->flags & GGML_TENSOR_FLAG_OUTPUT)) {
+        return 0;
+    }
+    const ggml_tensor * x = mul->src[0];
+    const ggml_tensor * d = mul->src[1];
+    if (mul->type != GGML_TYPE_F32 || x->type != GGML_TYPE_F32 || d->type != GGML_TYPE_F32 ||
+        !ggml_are_same_layout(x, mul) || !ggml_is_contiguous(d) || d->ne[0] != mul->ne[0] ||
+        ggml_nelements(d) != d->ne[0]) {
+        return 0;
+    }
+    for (int j = i + 1; j < cgraph->n_nodes && j <= i + 4; ++j) {
+        const ggml_tensor * n = cgraph->nodes[j];
+        if (n->op == GGML_OP_ROPE) {
+            return n->src[0] == mul ? j - i : 0;
+        }
+        if (!ggml_op_is_empty(n->op)) {
+            return 0;
+        }
+    }
+    return 0;
 }
 
 // what turbo_rope_block can do (K's RoPE in the write, Q's in the attention): f32 in and out, one position per token,

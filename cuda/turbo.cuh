@@ -39,7 +39,12 @@ bool ggml_cuda_turbo_set_rows_pair_fusable(const ggml_tensor * set_rows_k, const
 bool ggml_cuda_turbo_rope_set_rows_fusable(const ggml_tensor * rope, const ggml_tensor * view, const ggml_tensor * sub);
 bool ggml_cuda_turbo_rope_on_load_ok(const ggml_tensor * rope);   // a ROPE that turbo_rope_block can do on load
 void ggml_cuda_turbo_set_rows_sub_pair(ggml_backend_cuda_context & ctx, const ggml_tensor * sub, ggml_tensor * set_rows_k,
-        ggml_tensor * set_rows_v, const ggml_tensor * rope = nullptr);
+        ggml_tensor * set_rows_v, const ggml_tensor * rope = nullptr, const ggml_tensor * mul = nullptr);
+// llama's q*D and k/D (patch 0041) before the RoPE that a fused kernel does on load: a MUL (node i) by a contiguous
+// f32 row of the head's width, broadcast over heads and tokens, whose one consumer is the ROPE after it (only views
+// between). Gives how many nodes after the MUL that ROPE is, or 0; the fused kernels then read the MUL's input and
+// multiply as they load (turbo_rope::mul), passed as their mul argument
+int ggml_cuda_turbo_rope_mul_fusable(const ggml_cgraph * cgraph, int i);
 void ggml_cuda_turbo_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, ggml_tensor * src1);
 bool ggml_cuda_turbo_cpy_supported(const ggml_tensor * src0, const ggml_tensor * src1);
 
@@ -59,7 +64,8 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
 // llama's ROPE of Q done by the decode attention kernel on load: the fusable check gives
 // how many nodes after the ROPE (node i) the attention node sits, or 0
 int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, int i);
-void ggml_cuda_turbo_rope_fa(ggml_backend_cuda_context & ctx, const ggml_tensor * rope, ggml_tensor * fa);
+void ggml_cuda_turbo_rope_fa(ggml_backend_cuda_context & ctx, const ggml_tensor * rope, ggml_tensor * fa,
+        const ggml_tensor * mul = nullptr);
 // the 64-value types (turbo-64.cu), called by the entry points above for a _64 tensor: CPY, the reads, and flash
 // attention through upstream's f16 kernels in the rotated domain (all but the tensor-core decode). Their SET_ROWS, fused
 // forms included, is turbo.cu's (the write kernel takes either block size)
