@@ -330,12 +330,12 @@ static constexpr int turbo_mma_min_blocks() {
 }
 
 // the kernel's shared arrays: the staging ring (its outputs in the epilogue), q, the pair tables, the warps' maxima and
-// sums, v21's score exchange. Static where they fit in the 48 KB of static shared memory with 1 KB to spare (the
-// padding that the compiler's placement of the aligned tables may add): every instance from before issue #29, whose
-// code stays as it was measured. Past that (an f16 K or V row staged twice per warp with a turbo4 table at D = 128,
-// with q's and the exchange's 14 KB at D = 256; turbo4 K with q8_0 V at D = 256) they are carved at these byte
-// offsets from dynamic shared memory (DYN; the launch raises the instance's limit: turbo_mma_dyn_bytes). The tables
-// first: the kernel aligns the buffer's start to 1024 bytes, as turbo_mma_pick4 needs (turbo_mma_pick: 256)
+// sums, v21's score exchange. Static where they fit in the 48 KB of static shared memory with 1 KB to spare (padding
+// that the compiler's placement of the aligned tables may add): every instance that was compiled before (their SASS
+// unchanged) and q8_0 K with a turbo V at D = 256. Past that (an f16 row staged twice per warp beside a turbo4 table at
+// D = 128; at D = 256 an f16 K or V, or turbo4 K with q8_0 V, beside q's and the exchange's 14 KB) they are carved at
+// these byte offsets from dynamic shared memory (DYN; the launch raises the instance's limit: turbo_mma_dyn_bytes).
+// The tables first: the kernel aligns the buffer's start to 1024 bytes, as turbo_mma_pick4 needs (turbo_mma_pick: 256)
 template <int D, ggml_type type_K, ggml_type type_V, int LOOP>
 struct turbo_mma_smem {
     static constexpr bool K_TURBO = ggml_cuda_type_is_turbo(type_K) || ggml_cuda_type_is_turbo64(type_K);
