@@ -1,5 +1,5 @@
 // turbo-llama: fused turbo flash-attention decode kernels with K type turbo4 (see fattn-turbo.cuh, fattn-turbo-mma.cuh):
-// the tensor-core kernel with a turbo V and (D = 128) a q8_0 V, the scalar kernel with an f16 V and at D = 256.
+// the tensor-core kernel (every V at D = 128 and 256), the scalar kernel (a q8_0 or f16 V) where it does not serve.
 #include "fattn-turbo.cuh"
 #include "fattn-turbo-mma.cuh"
 

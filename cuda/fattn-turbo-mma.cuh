@@ -14,8 +14,8 @@
 // two high bits) -> half2 of two centroids; turbo4: a byte of two nibble codes -> half2, a 256-entry table
 // (turbo_mma_pick4). The per-block norms scale S (K) and P (V) in f32/f16.
 // Scores are kept in base 2 (q carries log2 e), the partial maxima are handed back in base e.
-// At D = 128 a q8_0 or f16 K with a turbo V takes K's values as f16 (tile_scores_plain; q not rotated), and a turbo K
-// with a q8_0 or f16 V takes V's (tile_pv_plain; the output then needs no rotation back).
+// A q8_0 or f16 K with a turbo V takes K's values as f16 (tile_scores_plain; q not rotated), and a turbo K with a q8_0
+// or f16 V takes V's (tile_pv_plain; the output then needs no rotation back), at D = 128 and (the warp pair) D = 256.
 // The 64-value types (head_dim 64 models) run the same loop at D = 64 with 64-value blocks (QKB): a 64-point FWHT of
 // q, a lane's 16 K dims / 8 V dims per block, 4 mma chunks per block instead of 8, the d = 64 codebooks' pair tables.
 #pragma once
@@ -123,7 +123,8 @@ struct turbo_mma_stage_cfg {
     static constexpr int ALIGN = 15;                           // a row's start offset in its staged copy: address & ALIGN
     static constexpr int WORDS = TURBO_MMA_KEYS*(KW + VW);     // one stage
     static constexpr int TPS = TILES;                          // tiles per warp step (v14: 2)
-    // stages of the ring (shared memory: 48 KB static; a q8_0 or f16 K row is 3-5x a turbo one)
+    // stages of the ring (sized for the 48 KB of static shared memory; the pairs past it, turbo_mma_smem, keep these
+    // counts: a q8_0 or f16 K row is 3-5x a turbo one)
     // (turbo4's 66-byte rows stage as 5 chunks, as turbo3's 50-byte rows do: its one-tile loop gets 3 stages too;
     // a q8_0 or f16 V row, as a K one, gets 2)
     static constexpr int NSTAGE = TPS == 2 ? 4 : NB == 1 && VBS <= 66 && (KBS <= 50 || KBS == 66) ? 3 : 2;
@@ -328,6 +329,45 @@ static constexpr int turbo_mma_min_blocks() {
     return K_TURBO && (V_TURBO || (type_V == GGML_TYPE_Q8_0 && type_K != GGML_TYPE_TURBO4)) ? turbo_mma_loop_traits<LOOP>::MIN_BLOCKS : 3;
 }
 
+// the kernel's shared arrays: the staging ring (its outputs in the epilogue), q, the pair tables, the warps' maxima and
+// sums, v21's score exchange. Static where they fit in the 48 KB of static shared memory with 1 KB to spare (padding
+// that the compiler's placement of the aligned tables may add): every instance that was compiled before (their SASS
+// unchanged) and q8_0 K with a turbo V at D = 256. Past that (an f16 row staged twice per warp beside a turbo4 table at
+// D = 128; at D = 256 an f16 K or V, or turbo4 K with q8_0 V, beside q's and the exchange's 14 KB) they are carved at
+// these byte offsets from dynamic shared memory (DYN; the launch raises the instance's limit: turbo_mma_dyn_bytes).
+// The tables first: the kernel aligns the buffer's start to 1024 bytes, as turbo_mma_pick4 needs (turbo_mma_pick: 256)
+template <int D, ggml_type type_K, ggml_type type_V, int LOOP>
+struct turbo_mma_smem {
+    static constexpr bool K_TURBO = ggml_cuda_type_is_turbo(type_K) || ggml_cuda_type_is_turbo64(type_K);
+    static constexpr bool V_TURBO = ggml_cuda_type_is_turbo(type_V) || ggml_cuda_type_is_turbo64(type_V);
+    static constexpr int QKB  = ggml_cuda_type_is_turbo64(type_V) ? QK_TURBO_64 : QK_TURBO;
+    static constexpr bool PAIR = turbo_mma_loop_traits<LOOP>::PAIR;
+    static constexpr int NL   = PAIR ? TURBO_MMA_WARPS/2 : TURBO_MMA_WARPS;   // warps (pairs) that walk tiles
+    typedef turbo_mma_stage_cfg<PAIR ? 1 : D/QKB, turbo_mma_block_bytes<type_K>::value, turbo_mma_block_bytes<type_V>::value,
+                                turbo_mma_loop_traits<LOOP>::TPS, type_K == GGML_TYPE_F16, type_V == GGML_TYPE_F16> cfg;
+    static constexpr int RING = TURBO_MMA_WARPS*cfg::NSTAGE*cfg::WORDS;   // staging ring, words
+    static constexpr int OSZ  = NL*TURBO_MMA_ROWS*D;                      // the warps' outputs (epilogue), floats
+    static constexpr int RO_N = RING > OSZ ? RING : OSZ;
+    static constexpr int Q_N  = TURBO_MMA_ROWS*(D + 4);                   // q rows (stride QS)
+    // pair tables: 64 entries (turbo3, turbo2), 256 (turbo4); the static arrays keep one for a plain K or V
+    static constexpr int KTAB = turbo_fa_stage<type_K>::bits == 4 ? 256 : 64;
+    static constexpr int VTAB = turbo_fa_stage<type_V>::bits == 4 ? 256 : V_TURBO ? 64 : 1;
+    static constexpr int XS_N = PAIR ? NL*2*2*WARP_SIZE : 1;               // v21's exchange slots (float4, float2)
+    static constexpr int XN_N = PAIR && K_TURBO ? XS_N : 1;                // (a plain K has no norms)
+
+    static constexpr int up(const int x, const int a) { return (x + a - 1)/a*a; }
+    static constexpr int O_PK = 0;
+    static constexpr int O_PV = up(O_PK + (K_TURBO ? 4*KTAB : 0), turbo_fa_stage<type_V>::bits == 4 ? 1024 : 256);
+    static constexpr int O_Q  = up(O_PV + (V_TURBO ? 4*VTAB : 0), 16);
+    static constexpr int O_M  = O_Q + 4*Q_N;                               // Ms, then Ls
+    static constexpr int O_XS = up(O_M + 2*4*NL*TURBO_MMA_ROWS, 16);
+    static constexpr int O_XN = O_XS + (PAIR ? 16*XS_N : 0);
+    static constexpr int O_RO = up(O_XN + (PAIR && K_TURBO ? 8*XN_N : 0), 16);   // 16-byte aligned: cp.async, ldmatrix
+    static constexpr int BYTES = O_RO + 4*RO_N;
+    static constexpr bool DYN = BYTES > 47*1024;
+    static constexpr int DYN_BYTES = BYTES + 1024 - 16;   // and the start's alignment (the buffer's own: 16 bytes)
+};
+
 template <int D, ggml_type type_K, ggml_type type_V, int LOOP>
 __launch_bounds__(TURBO_MMA_WARPS*WARP_SIZE, turbo_mma_min_blocks<type_K, type_V, LOOP>())
 static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
@@ -349,7 +389,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // K: turbo, or q8_0 / f16 (the products take K's values as f16; q is not rotated for them, V's output still is)
     constexpr bool K_TURBO = ggml_cuda_type_is_turbo(type_K) || ggml_cuda_type_is_turbo64(type_K);
     constexpr bool K_F16   = type_K == GGML_TYPE_F16;
-    static_assert(K_TURBO || (D == 128 && QKB == QK_TURBO && LOOP == TURBO_MMA_ONE_TILE), "q8_0 and f16 K: D = 128, one tile per step");
+    static_assert(K_TURBO || (QKB == QK_TURBO && ((D == 128 && LOOP == TURBO_MMA_ONE_TILE) || (D == 256 && LOOP == TURBO_MMA_WARP_PAIR))),
+        "q8_0 and f16 K: D = 128 one tile per step or D = 256 the warp pair");
     // V: turbo, or q8_0 / f16 with a turbo K (V's values as f16 in the product; the output is then in the plain domain,
     // and the merge does not rotate it back)
     constexpr bool V_TURBO = ggml_cuda_type_is_turbo(type_V) || ggml_cuda_type_is_turbo64(type_V);
@@ -374,19 +415,35 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     constexpr int NL  = PAIR ? NW/2 : NW;                             // warps (pairs) that walk tiles
     typedef turbo_mma_stage_cfg<NBL, KBS, VBS, lt::TPS, K_F16, V_F16> cfg;
     constexpr int TPS = cfg::TPS;
-    constexpr int RING = NW*cfg::NSTAGE*cfg::WORDS;                   // staging ring, words
-    constexpr int OSZ  = NL*NR*D;                                     // the warps' outputs (epilogue), floats
-    __shared__ float    q_sh[NR*QS];
+    typedef turbo_mma_smem<D, type_K, type_V, LOOP> sm;
+    static_assert(sm::RING == NW*cfg::NSTAGE*cfg::WORDS && sm::Q_N == NR*QS, "turbo_mma_smem: the kernel's layout");
+    constexpr int KTAB = sm::KTAB, VTAB = sm::VTAB;
     // the pair tables: 64 entries (turbo3, turbo2; 256-byte aligned for turbo_mma_pick), 256 for turbo4 (1024-byte
-    // aligned for turbo_mma_pick4)
-    constexpr int KTAB = KBITS == 4 ? 256 : 64, VTAB = VBITS == 4 ? 256 : V_TURBO ? 64 : 1;
-    __shared__ __align__(KBITS == 4 ? 1024 : 256) uint32_t pairK[KTAB];
-    __shared__ __align__(VBITS == 4 ? 1024 : V_TURBO ? 256 : 4) uint32_t pairV[VTAB];   // (unused for a plain V)
-    __shared__ float    Ms[NL*NR], Ls[NL*NR];
-    __shared__ float4   xs_s[PAIR ? NL*2*2*WARP_SIZE : 1];           // v21: each warp's half of a tile's scores,
-    __shared__ float2   xs_n[PAIR ? NL*2*2*WARP_SIZE : 1];           // and its K norms, two slots per pair
-    __shared__ uint32_t ring_os[RING > OSZ ? RING : OSZ];             // the ring is dead when the outputs are written
-    float * Os = (float *) ring_os;
+    // aligned for turbo_mma_pick4); pairV unused for a plain V, pairK for a plain K
+    float * q_sh;
+    uint32_t * pairK, * pairV, * ring_os;
+    float * Ms, * Ls;
+    float4 * xs_s;   // v21: each warp's half of a tile's scores,
+    float2 * xs_n;   // and its K norms, two slots per pair
+    if constexpr (!sm::DYN) {
+        __shared__ float    q_sh_s[NR*QS];
+        __shared__ __align__(KBITS == 4 ? 1024 : 256) uint32_t pairK_s[KTAB];
+        __shared__ __align__(VBITS == 4 ? 1024 : V_TURBO ? 256 : 4) uint32_t pairV_s[VTAB];
+        __shared__ float    Ms_s[NL*NR], Ls_s[NL*NR];
+        __shared__ float4   xs_s_s[sm::XS_N];
+        __shared__ float2   xs_n_s[sm::XN_N];
+        __shared__ uint32_t ring_os_s[sm::RO_N];
+        q_sh = q_sh_s; pairK = pairK_s; pairV = pairV_s; Ms = Ms_s; Ls = Ls_s; xs_s = xs_s_s; xs_n = xs_n_s; ring_os = ring_os_s;
+    } else {
+        // aligned here (sm::DYN_BYTES has room for it): declared 1024-byte aligned, the buffer would make ptxas round
+        // every kernel's static shared memory in the file up to a multiple of 1 KB
+        extern __shared__ __align__(16) uint32_t turbo_mma_dyn[];
+        char * b = (char *) turbo_mma_dyn + (-(uint32_t) __cvta_generic_to_shared(turbo_mma_dyn) & 1023u);
+        pairK = (uint32_t *) (b + sm::O_PK); pairV = (uint32_t *) (b + sm::O_PV); q_sh = (float *) (b + sm::O_Q);
+        Ms = (float *) (b + sm::O_M); Ls = Ms + NL*NR; xs_s = (float4 *) (b + sm::O_XS); xs_n = (float2 *) (b + sm::O_XN);
+        ring_os = (uint32_t *) (b + sm::O_RO);
+    }
+    float * Os = (float *) ring_os;   // the ring is dead when the outputs are written
 
     const int tid  = threadIdx.x;
     const int lane = tid % WARP_SIZE;
@@ -596,9 +653,10 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
     };
 
-    // ---- a q8_0 or f16 K tile's S^T = K . Q^T (D = 128): the A fragments are K's values as f16 pairs. Lane (g, t)
-    // takes dims 32t .. 32t + 31 of keys g and g + 8, the dims of q's fragments: for q8_0 exactly block t of the row
-    // (its scale d, then 32 int8), for f16 the row's chunks 4t .. 4t + 3 (swizzled, see turbo_mma_stage_cfg)
+    // ---- a q8_0 or f16 K tile's S^T = K . Q^T (D = 128; D = 256: the warp's 128-block, v21): the A fragments are K's
+    // values as f16 pairs. Lane (g, t) takes dims 32t .. 32t + 31 of keys g and g + 8, the dims of q's fragments: for
+    // q8_0 exactly block t of the row (its scale d, then 32 int8), for f16 the row's chunks 4t .. 4t + 3 (swizzled, see
+    // turbo_mma_stage_cfg)
     auto tile_scores_plain = [&](const uint32_t * kst, float (&s)[4]) {
         float sb[4] = {0.0f, 0.0f, 0.0f, 0.0f};
         if constexpr (K_F16) {
@@ -646,6 +704,16 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     auto tile_scores = [&](const uint32_t * kst, const int k0, const uint32_t (&mv)[4], float (&s)[4], const int xslot) {
         if constexpr (!K_TURBO) {
             tile_scores_plain(kst, s);
+            if constexpr (PAIR) {
+                // v21 with a plain K (D = 256): the pair adds its two halves, block 0's first, so that both warps hold
+                // the same bits (no norms)
+                const int x0 = ((pair*2 + xslot)*2)*WARP_SIZE + lane;
+                xs_s[x0 + bw*WARP_SIZE] = make_float4(s[0], s[1], s[2], s[3]);
+                turbo_bar_sync(1 + pair, 2*WARP_SIZE);
+                const float4 a = xs_s[x0], c = xs_s[x0 + WARP_SIZE];
+                s[0] = a.x + c.x; s[1] = a.y + c.y;
+                s[2] = a.z + c.z; s[3] = a.w + c.w;
+            }
         } else {
             s[0] = s[1] = s[2] = s[3] = 0.0f;
 #pragma unroll
@@ -816,7 +884,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
     };
 
-    // ---- a q8_0 or f16 V tile's O^T += V^T . P^T (turbo K, D = 128; P as it is). V^T's A fragments hold two keys of
+    // ---- a q8_0 or f16 V tile's O^T += V^T . P^T (turbo K; D = 256: the warp's 128-block; P as it is). V^T's A fragments hold two keys of
     // one dim per register, so V's rows are transposed on their way in. f16: ldmatrix.trans of the staged rows, chunk
     // jj's M rows m = dims 16jj + m. q8_0: lane (g, t) turns block t of keys g and g + 8 into f16 pairs as
     // tile_scores_plain does (word jj: dims 32t + 4jj .. + 3, scaled by d: upstream's f16 conversion) and movmatrix
@@ -1012,53 +1080,66 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     X(128, GGML_TYPE_TURBO3, TURBO_MMA_TWO_TILES) \
     X(256, GGML_TYPE_TURBO3, TURBO_MMA_WARP_PAIR) X(256, GGML_TYPE_TURBO2, TURBO_MMA_WARP_PAIR) \
     X(256, GGML_TYPE_TURBO4, TURBO_MMA_WARP_PAIR)
-// turbo K with q8_0 or f16 V (issue #29): D = 128, one tile per step, and (q8_0 V) D = 256, the warp pair (each warp
-// one 128-block of V's rows). Not with turbo4 K (its 1 KB pair table, 1024-byte aligned): f16 V at D = 128, q8_0 V at
-// D = 256; nor f16 V at D = 256 (two stages of its rows and the pair's 6 KB exchange slots): they are over the 48 KB
-// of static shared memory (turbo4 / q8_0 at D = 256: 49280 bytes)
-#define TURBO_MMA_FOR_EACH_V_Q8_0(X) X(128, GGML_TYPE_Q8_0, TURBO_MMA_ONE_TILE)
-#define TURBO_MMA_FOR_EACH_V_NOT_K4(X) X(128, GGML_TYPE_F16, TURBO_MMA_ONE_TILE) X(256, GGML_TYPE_Q8_0, TURBO_MMA_WARP_PAIR)
+// turbo K with a q8_0 or f16 V (issue #29): D = 128 one tile per step, D = 256 the warp pair (each warp one 128-block
+// of V's rows)
+#define TURBO_MMA_FOR_EACH_V_PLAIN(X) \
+    X(128, GGML_TYPE_Q8_0, TURBO_MMA_ONE_TILE) X(128, GGML_TYPE_F16, TURBO_MMA_ONE_TILE) \
+    X(256, GGML_TYPE_Q8_0, TURBO_MMA_WARP_PAIR) X(256, GGML_TYPE_F16, TURBO_MMA_WARP_PAIR)
 #define TURBO_MMA_FOR_EACH_K_TURBO2(X) X(128, GGML_TYPE_TURBO2, TURBO_MMA_TWO_TILES_EX2)
 // turbo4 K with turbo4 V from 16K keys: two tiles per step, as turbo3
 #define TURBO_MMA_FOR_EACH_K_TURBO4(X) X(128, GGML_TYPE_TURBO4, TURBO_MMA_TWO_TILES)
-// q8_0 and f16 K with turbo V (fattn-turbo-kq8_0.cu / -kf16.cu): D = 128, one tile per step. turbo4 V with q8_0 K only:
-// with an f16 K (two stages of 256-byte rows) its 1 KB pair table does not fit in the 48 KB of static shared memory
-#define TURBO_MMA_FOR_EACH_K_PLAIN(X) X(128, GGML_TYPE_TURBO3, TURBO_MMA_ONE_TILE) X(128, GGML_TYPE_TURBO2, TURBO_MMA_ONE_TILE)
-#define TURBO_MMA_FOR_EACH_K_Q8_0(X) X(128, GGML_TYPE_TURBO4, TURBO_MMA_ONE_TILE)
+// q8_0 and f16 K with a turbo V (fattn-turbo-kq8_0.cu / -kf16.cu): D = 128 one tile per step, D = 256 the warp pair
+// (each warp one 128-block of K's rows)
+#define TURBO_MMA_FOR_EACH_K_PLAIN(X) \
+    X(128, GGML_TYPE_TURBO3, TURBO_MMA_ONE_TILE) X(128, GGML_TYPE_TURBO2, TURBO_MMA_ONE_TILE) \
+    X(128, GGML_TYPE_TURBO4, TURBO_MMA_ONE_TILE) \
+    X(256, GGML_TYPE_TURBO3, TURBO_MMA_WARP_PAIR) X(256, GGML_TYPE_TURBO2, TURBO_MMA_WARP_PAIR) \
+    X(256, GGML_TYPE_TURBO4, TURBO_MMA_WARP_PAIR)
 // the 64-value types (instances beside their 128-value forms' in fattn-turbo-kturbo*.cu): D = 64, every pair of them,
 // one tile per step
 #define TURBO_MMA_FOR_EACH_64(X) \
     X(64, GGML_TYPE_TURBO3_64, TURBO_MMA_ONE_TILE) X(64, GGML_TYPE_TURBO2_64, TURBO_MMA_ONE_TILE) \
     X(64, GGML_TYPE_TURBO4_64, TURBO_MMA_ONE_TILE)
+// every instance of a K type
+#define TURBO_MMA_FOR_EACH_K(type_K, X)                               \
+    if constexpr (ggml_cuda_type_is_turbo64(type_K)) {                \
+        TURBO_MMA_FOR_EACH_64(X)                                      \
+    } else if constexpr (ggml_cuda_type_is_turbo(type_K)) {           \
+        TURBO_MMA_FOR_EACH(X)                                         \
+        TURBO_MMA_FOR_EACH_V_PLAIN(X)                                 \
+    } else {                                                          \
+        TURBO_MMA_FOR_EACH_K_PLAIN(X)                                 \
+    }                                                                 \
+    if constexpr (type_K == GGML_TYPE_TURBO2) {                       \
+        TURBO_MMA_FOR_EACH_K_TURBO2(X)                                \
+    }                                                                 \
+    if constexpr (type_K == GGML_TYPE_TURBO4) {                       \
+        TURBO_MMA_FOR_EACH_K_TURBO4(X)                                \
+    }
+
+// an instance's dynamic shared memory (turbo_mma_smem; 0: its arrays are static), its limit raised once per device
+// before the instance's first launch or occupancy query
+template <int D, ggml_type type_K, ggml_type type_V, int LOOP>
+static int turbo_mma_dyn_bytes() {
+    typedef turbo_mma_smem<D, type_K, type_V, LOOP> sm;
+    if constexpr (sm::DYN) {
+        CUDA_SET_SHARED_MEMORY_LIMIT((k_turbo_fattn_mma<D, type_K, type_V, LOOP>), sm::DYN_BYTES);
+        return sm::DYN_BYTES;
+    }
+    return 0;
+}
 
 template <ggml_type type_K>
 void ggml_cuda_turbo_fattn_mma_launch(cudaStream_t stream, const int D, const ggml_type type_V, const turbo_mma_loop loop,
         const turbo_fa_params & p, const dim3 grid) {
+    // (a static instance: dynamic bytes 0, the plain launch of ggml_cuda_turbo_launch)
 #define TURBO_MMA_CASE(DD, TYPE_V, LL)                                                                                  \
     if (D == DD && type_V == TYPE_V && loop == LL) {                                                                   \
-        ggml_cuda_turbo_launch(k_turbo_fattn_mma<DD, type_K, TYPE_V, LL>, grid, dim3(TURBO_MMA_WARPS*WARP_SIZE), stream, p); \
+        const int dyn = turbo_mma_dyn_bytes<DD, type_K, TYPE_V, LL>();                                                 \
+        k_turbo_fattn_mma<DD, type_K, TYPE_V, LL><<<grid, dim3(TURBO_MMA_WARPS*WARP_SIZE), dyn, stream>>>(p);          \
         return;                                                                                                         \
     }
-    if constexpr (ggml_cuda_type_is_turbo64(type_K)) {
-        TURBO_MMA_FOR_EACH_64(TURBO_MMA_CASE)
-    } else if constexpr (ggml_cuda_type_is_turbo(type_K)) {
-        TURBO_MMA_FOR_EACH(TURBO_MMA_CASE)
-        TURBO_MMA_FOR_EACH_V_Q8_0(TURBO_MMA_CASE)
-        if constexpr (type_K != GGML_TYPE_TURBO4) {
-            TURBO_MMA_FOR_EACH_V_NOT_K4(TURBO_MMA_CASE)
-        }
-    } else {
-        TURBO_MMA_FOR_EACH_K_PLAIN(TURBO_MMA_CASE)
-    }
-    if constexpr (type_K == GGML_TYPE_TURBO2) {
-        TURBO_MMA_FOR_EACH_K_TURBO2(TURBO_MMA_CASE)
-    }
-    if constexpr (type_K == GGML_TYPE_TURBO4) {
-        TURBO_MMA_FOR_EACH_K_TURBO4(TURBO_MMA_CASE)
-    }
-    if constexpr (type_K == GGML_TYPE_Q8_0) {
-        TURBO_MMA_FOR_EACH_K_Q8_0(TURBO_MMA_CASE)
-    }
+    TURBO_MMA_FOR_EACH_K(type_K, TURBO_MMA_CASE)
 #undef TURBO_MMA_CASE
     GGML_ABORT("turbo flash attention (mma): K/V pair, head size or loop not compiled");
 }
@@ -1074,30 +1155,16 @@ int ggml_cuda_turbo_fattn_mma_occupancy(const int D, const ggml_type type_V, con
     int & n = cache[D == 64 ? 0 : D == 128 ? 1 : 2][iv][loop];
     if (n == 0) {
         const void * fn = nullptr;
-#define TURBO_MMA_FN(DD, TYPE_V, LL) if (D == DD && type_V == TYPE_V && loop == LL) fn = (const void *) k_turbo_fattn_mma<DD, type_K, TYPE_V, LL>;
-        if constexpr (ggml_cuda_type_is_turbo64(type_K)) {
-            TURBO_MMA_FOR_EACH_64(TURBO_MMA_FN)
-        } else if constexpr (ggml_cuda_type_is_turbo(type_K)) {
-            TURBO_MMA_FOR_EACH(TURBO_MMA_FN)
-            TURBO_MMA_FOR_EACH_V_Q8_0(TURBO_MMA_FN)
-            if constexpr (type_K != GGML_TYPE_TURBO4) {
-                TURBO_MMA_FOR_EACH_V_NOT_K4(TURBO_MMA_FN)
-            }
-        } else {
-            TURBO_MMA_FOR_EACH_K_PLAIN(TURBO_MMA_FN)
+        int dyn = 0;
+#define TURBO_MMA_FN(DD, TYPE_V, LL)                                                   \
+        if (D == DD && type_V == TYPE_V && loop == LL) {                              \
+            fn  = (const void *) k_turbo_fattn_mma<DD, type_K, TYPE_V, LL>;           \
+            dyn = turbo_mma_dyn_bytes<DD, type_K, TYPE_V, LL>();                      \
         }
-        if constexpr (type_K == GGML_TYPE_TURBO2) {
-            TURBO_MMA_FOR_EACH_K_TURBO2(TURBO_MMA_FN)
-        }
-        if constexpr (type_K == GGML_TYPE_TURBO4) {
-            TURBO_MMA_FOR_EACH_K_TURBO4(TURBO_MMA_FN)
-        }
-        if constexpr (type_K == GGML_TYPE_Q8_0) {
-            TURBO_MMA_FOR_EACH_K_Q8_0(TURBO_MMA_FN)
-        }
+        TURBO_MMA_FOR_EACH_K(type_K, TURBO_MMA_FN)
 #undef TURBO_MMA_FN
         GGML_ASSERT(fn);
-        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, TURBO_MMA_WARPS*WARP_SIZE, 0));
+        CUDA_CHECK(cudaOccupancyMaxActiveBlocksPerMultiprocessor(&n, fn, TURBO_MMA_WARPS*WARP_SIZE, dyn));
         n = std::max(n, 1);
     }
     return n;

@@ -49,8 +49,8 @@ bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst) {
         return false;
     }
     // turbo4 with a turbo partner runs on the tensor-core kernel only (Ampere and newer; the scalar kernel has no such
-    // instance): refused elsewhere, so it runs on the CPU. With a q8_0 / f16 partner the scalar kernel serves it
-    // (and the tensor-core kernel q8_0 K with turbo4 V and turbo4 K with q8_0 V at D = 128)
+    // instance): refused elsewhere, so it runs on the CPU. With a q8_0 / f16 partner the scalar kernel serves it there
+    // (and unaligned f16 rows; the tensor-core kernel every other such pair)
     if (K->type == GGML_TYPE_TURBO4 || V->type == GGML_TYPE_TURBO4) {
         const bool ok = !(K_turbo && V_turbo) || ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc);
         if (!ok) {
@@ -88,12 +88,11 @@ static bool turbo_fattn_f16_aligned(const ggml_tensor * X) {
         X->nb[3] % 16 == 0;
 }
 
-// the tensor-core kernel serves on Ampere and newer a turbo K with a turbo V, a turbo K with a q8_0 V (turbo4 K: D = 128
-// only), at D = 128 a turbo K with an aligned f16 V, and a q8_0 K or an aligned f16 K with a turbo V; the scalar kernel
-// (fattn-turbo.cuh) serves the other pairs (D = 256 with a plain K or an f16 V, turbo4 with an f16 partner, turbo4 K with
-// q8_0 V at D = 256, unaligned f16 rows) and older GPUs. A turbo K with a plain V there (H200, llama8b tg128 @32K,
-// ratio to f16 of the same call, results/gpu.md; the scalar kernel: 0.77x): turbo3/q8_0 1.09x, turbo3/f16 1.19x,
-// turbo2/q8_0 1.11x, turbo2/f16 1.18x
+// the tensor-core kernel serves on Ampere and newer every pair at D = 128 and 256 (issue #29): a turbo K with a turbo V,
+// a q8_0 V or an aligned f16 V, and a q8_0 K or an aligned f16 K with a turbo V (those past 48 KB of shared memory
+// with dynamic shared memory, turbo_mma_smem); the scalar kernel (fattn-turbo.cuh) serves unaligned f16 rows and older
+// GPUs. A turbo K with a plain V there (H200, llama8b tg128 @32K, ratio to f16 of the same call, results/gpu.md; the
+// scalar kernel: 0.77x): turbo3/q8_0 1.09x, turbo3/f16 1.19x, turbo2/q8_0 1.11x, turbo2/f16 1.18x
 static bool turbo_fattn_uses_mma(const ggml_tensor * K, const ggml_tensor * V) {
     if (ggml_cuda_is_turbo64_type(V->type)) {
         return ggml_cuda_is_turbo64_type(K->type) && ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc);
@@ -102,23 +101,12 @@ static bool turbo_fattn_uses_mma(const ggml_tensor * K, const ggml_tensor * V) {
         return false;
     }
     if (ggml_cuda_is_turbo128_type(K->type) && !ggml_cuda_is_turbo128_type(V->type)) {
-        // turbo4 K with a plain V at D = 256, or an f16 V at D = 256, do not fit 48 KB of static shared memory there
-        // (TURBO_MMA_FOR_EACH_V_NOT_K4)
-        if (V->ne[0] == 256) {
-            return V->type == GGML_TYPE_Q8_0 && K->type != GGML_TYPE_TURBO4;
-        }
-        return V->type == GGML_TYPE_Q8_0 || (turbo_fattn_f16_aligned(V) && K->type != GGML_TYPE_TURBO4);
+        return V->type == GGML_TYPE_Q8_0 || turbo_fattn_f16_aligned(V);
     }
     if (!ggml_cuda_is_turbo128_type(V->type)) {
         return false;
     }
-    if (ggml_cuda_is_turbo128_type(K->type)) {
-        return true;
-    }
-    if (K->type == GGML_TYPE_F16 && V->type == GGML_TYPE_TURBO4) {
-        return false;   // f16 K with turbo4 V does not fit 48 KB of static shared memory there: the scalar kernel
-    }
-    return K->ne[0] == 128 && (K->type == GGML_TYPE_Q8_0 || turbo_fattn_f16_aligned(K));
+    return ggml_cuda_is_turbo128_type(K->type) || K->type == GGML_TYPE_Q8_0 || turbo_fattn_f16_aligned(K);
 }
 
 // the tensor-core kernel's loop (fattn-turbo-mma.cuh). At D = 128 from 16K keys: two 16-key tiles per warp step
@@ -128,15 +116,15 @@ static bool turbo_fattn_uses_mma(const ggml_tensor * K, const ggml_tensor * V) {
 // 91.9-92.2 @128K, turbo2 lost at 128K; below 16K not measured). At D = 256 (Gemma 3) a warp pair per tile (v21; run
 // 20, Gemma 3 270M tg128 against v11 in three calls: turbo3 +3-11% at depth 0, +1-5% at 8K, turbo2 +5-14% at 0-24K)
 static turbo_mma_loop turbo_fattn_mma_loop(const int D, const ggml_type type_K, const ggml_type type_V, const int n_kv) {
+    if (D == 256) {
+        return TURBO_MMA_WARP_PAIR;   // (every pair)
+    }
     // q8_0 / f16 K, a q8_0 / f16 V at D = 128 and the 64-value types (D = 64): one tile per step, the only loop compiled. At D = 64
     // (run 33, llama1b shape tg64, two rounds each against f16 in the same call) the two-tile loop measured within the
     // noise at 32K (turbo3 640/628 against 602/636 t/s, turbo2 664/656 against 645/666, turbo4 637/629 against 632/639)
     // and half the splits lost (turbo3 618/618 at 32K)
     if (!ggml_cuda_is_turbo128_type(type_K)) {
         return TURBO_MMA_ONE_TILE;
-    }
-    if (D == 256) {
-        return TURBO_MMA_WARP_PAIR;   // (a turbo or q8_0 V)
     }
     if (!ggml_cuda_is_turbo128_type(type_V)) {
         return TURBO_MMA_ONE_TILE;
