@@ -36,6 +36,7 @@ timeout 60 "$B/test-backend-ops" -b CUDA0 -o ROPE_FLASH_ATTN -p turbo > "$OUT/ro
 summ ROPE_FLASH_ATTN "$OUT/rope.log" $?
 say "   ($(( $(date +%s) - t0 )) s)"
 
+while pgrep -f shape_gguf > /dev/null; do sleep 1; done   # (the wrapper writes the GGUF while the tests run)
 if [ -z "${M8:-}" ] || [ ! -f "$M8" ]; then
     M8=$(PYTHONPATH=python:/tmp/tl/tree/gguf-py python3 -c "from pathlib import Path; from turbo_llama.shapes import shape_gguf; print(shape_gguf('llama8b', Path('/tmp/tlcache/shapes')))" 2>>"$OUT/bench.log" | tail -1)
 fi

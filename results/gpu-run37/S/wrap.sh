@@ -1,5 +1,6 @@
 #!/bin/bash
-# run 37, call S: branch shortctx's binaries (built on the CPU machine), helper-B's script; the GGUF made meanwhile
+# run 37, call S (lead): branch shortctx's binaries (ci/make-prebuilt.sh on the CPU machine, carried as
+# .devcarry/prebuilt.tar.gz) and helper-B's script (S/run.sh, carried as .devcarry/hB-run.sh); the GGUF made meanwhile
 mkdir -p /tmp/tl/build && tar xzf .devcarry/prebuilt.tar.gz -C /tmp/tl/build && tar xzf .devcarry/mini.tar.gz -C /tmp/tl
 export LD_LIBRARY_PATH=/tmp/tl/build/bin:/usr/local/cuda/lib64:/usr/local/cuda/targets/x86_64-linux/lib
 export M8=/tmp/tlcache/shapes/random-llama8b-q4_0.gguf
