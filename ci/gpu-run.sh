@@ -24,7 +24,8 @@
 #            call's parts) and is joined when all are there; TL_PPL_TYPES (f16 q8_0 turbo3 turbo2), TL_PPL_ARGS (e.g. -ub 1: every
 #            token a decode step), TL_PPL_TEXT (.devcarry/<name>.txt, default text), TL_PPL_CHUNKS (4)
 #   profile  ncu of one decode op per kernel (TL_NCU: TYPE:KV:KERNEL specs) with the stall reasons and pipe use; with
-#            TL_KTIME="f16 turbo3": every kernel of a few depth-0 decode steps timed and summed by name (ci/ktime.py)
+#            TL_KTIME="f16 turbo3": every kernel of a few depth-0 decode steps timed and summed by name (ci/ktime.py);
+#            TL_KTIME_DEPTH=32768: the decode attention's kernels of steps at that depth (not yet run on the H200)
 #   (eval also runs ci/gpu-kv.sh: the KV-cache features on CUDA with Gemma)
 #
 # .devcarry is not in git: make it first on the CPU machine (a few minutes):
@@ -199,12 +200,16 @@ if [[ " $PHASES " == *" profile "* ]]; then
             tl_python; export TURBO_LLAMA_CACHE=$WORK/cache
             M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))")
         fi
+        # TL_KTIME_DEPTH (default 0): the steps at that depth; then only the decode attention's kernels are timed
+        # (TL_KTIME_KERNELS, a regex), so that the depth's prefill is neither profiled nor counted
+        KD=${TL_KTIME_DEPTH:-0}
+        KSEL=(); [ "$KD" != 0 ] && KSEL=(-k "regex:${TL_KTIME_KERNELS:-flash_attn_ext_vec|flash_attn_combine|k_turbo_fattn}")
         for t in ${TL_KTIME:-}; do
-            f="$OUT/ktime-$t.csv"
-            GGML_CUDA_DISABLE_GRAPHS=1 timeout ${TL_NCU_TIMEOUT:-150} ncu --clock-control none --cache-control none \
+            f="$OUT/ktime-$t-d$KD.csv"
+            GGML_CUDA_DISABLE_GRAPHS=1 timeout ${TL_NCU_TIMEOUT:-150} ncu --clock-control none --cache-control none "${KSEL[@]}" \
                 --metrics gpu__time_duration.sum --csv --print-units base \
-                "$B/llama-bench" -m "$M8" -p 0 -n 8 -r 1 -fa 1 -ngl 99 -ctk $t -ctv $t --no-warmup > "$f" 2> "$f.err"
-            log "ktime $t (llama8b, depth 0, 8 tokens): rc=$?"
+                "$B/llama-bench" -m "$M8" -p 0 -n 8 -d "$KD" -r 1 -fa 1 -ngl 99 -ctk $t -ctv $t --no-warmup > "$f" 2> "$f.err"
+            log "ktime $t (llama8b, depth $KD, 8 tokens${KSEL:+, kernels ${KSEL[1]}}): rc=$?"
             python3 "$REPO/ci/ktime.py" "$f" 8 2>&1 | head -16 | tee -a "$OUT/summary.txt"
         done
     else
