@@ -100,6 +100,21 @@ def test_cache_specs_and_bits():
             cache_types.parse_cache(bad)
 
 
+def test_supported_types_says_why_the_tool_did_not_run(tmp_path):
+    """A tool that cannot start (found on the H200: carried binaries without LD_LIBRARY_PATH) is reported with its exit
+    status and its own message, not as a --help that lists no cache types."""
+    exe = tmp_path / "llama-perplexity"
+    exe.write_text("#!/bin/sh\necho \"$0: error while loading shared libraries: libggml-cuda.so.0: cannot open shared "
+                   "object file: No such file or directory\" >&2\nexit 127\n")
+    exe.chmod(0o755)
+    with pytest.raises(cache_types.CacheTypeError, match=r"--help` failed \(exit 127\): .*libggml-cuda\.so\.0: cannot open"):
+        cache_types.supported_types(exe)
+    # a tool that runs but lists nothing keeps the old message
+    exe.write_text("#!/bin/sh\necho usage: nothing here\n")
+    with pytest.raises(cache_types.CacheTypeError, match="lists no allowed values"):
+        cache_types.supported_types(exe)
+
+
 def test_supported_types_from_the_tools_help():
     """The build is asked: the -ctk allowed values of the real llama-perplexity --help (recorded)."""
     allowed = cache_types.parse_allowed_types((DATA / "llama_perplexity_help.txt").read_text())

@@ -81,7 +81,14 @@ def supported_types(exe: Path) -> list[str]:
                            stdin=subprocess.DEVNULL, errors="replace")
     except (OSError, subprocess.SubprocessError) as e:
         raise CacheTypeError(f"cannot ask {exe} for its cache types: {e}") from e
-    return parse_allowed_types(r.stdout + r.stderr)
+    try:
+        return parse_allowed_types(r.stdout + r.stderr)
+    except CacheTypeError:
+        if r.returncode == 0:
+            raise
+        # the tool did not run (e.g. a shared library not found): its own words, not "lists no allowed values"
+        said = " | ".join(ln.strip() for ln in r.stderr.strip().splitlines()[-3:]) or "no output"
+        raise CacheTypeError(f"`{exe} --help` failed (exit {r.returncode}): {said}") from None
 
 
 def check_caches(specs: list[str], supported: list[str]) -> list[Cache]:
