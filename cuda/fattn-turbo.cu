@@ -123,10 +123,7 @@ static turbo_mma_loop turbo_fattn_mma_loop(const int D, const ggml_type type_K, 
     // (run 33, llama1b shape tg64, two rounds each against f16 in the same call) the two-tile loop measured within the
     // noise at 32K (turbo3 640/628 against 602/636 t/s, turbo2 664/656 against 645/666, turbo4 637/629 against 632/639)
     // and half the splits lost (turbo3 618/618 at 32K)
-    if (!ggml_cuda_is_turbo128_type(type_K)) {
-        return TURBO_MMA_ONE_TILE;
-    }
-    if (!ggml_cuda_is_turbo128_type(type_V)) {
+    if (!ggml_cuda_is_turbo128_type(type_K) || !ggml_cuda_is_turbo128_type(type_V)) {
         return TURBO_MMA_ONE_TILE;
     }
     if (n_kv >= 16384 && (type_V == GGML_TYPE_TURBO3 || (type_K == GGML_TYPE_TURBO4 && type_V == GGML_TYPE_TURBO4))) {
@@ -235,12 +232,10 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     // pad rows skipped). Run 17: the fused RoPE made the kernel 6.98 -> 8.34 us at depth 0, each lane computing
     // them for both of its rows; run 18: 8.91 -> 8.04 us with them once
     p.rope_once = rope && n_q == 1 && D == (ggml_cuda_is_turbo64_type(V->type) ? QK_TURBO_64 : QK_TURBO) ? 1 : 0;
-    GGML_ASSERT(!mul || (rope && rope->src[0] == mul));
+    GGML_ASSERT(!mul || rope);
     if (rope) {   // Q views the ROPE's output; its input has the same layout (ggml_cuda_turbo_rope_fa_fusable), and so
                   // has the MUL's input (ggml_cuda_turbo_rope_mul_fusable)
-        ggml_cuda_turbo_rope_params(rope, p.rope);
-        const ggml_tensor * x = mul ? mul->src[0] : rope->src[0];
-        p.rope.mul = mul ? (const float *) mul->src[1]->data : nullptr;
+        const ggml_tensor * x = ggml_cuda_turbo_rope_params(rope, mul, p.rope);
         p.Q = (const char *) x->data + ((const char *) Q->data - (const char *) rope->data);
     }
     p.mask = mask ? (const char *) mask->data : nullptr;

@@ -701,6 +701,8 @@ static __device__ __forceinline__ void turbo_rope_block(const turbo_rope & r, fl
     turbo_rope_apply<NV>(r, v, e0, c, s, lane);
 }
 
-// the ROPE node's parameters (host); r.pos = its positions, r.freq_factors = its frequency factors or nullptr
-void ggml_cuda_turbo_rope_params(const ggml_tensor * rope, turbo_rope & r);
+// the ROPE node's parameters (host); r.pos = its positions, r.freq_factors = its frequency factors or nullptr; with mul
+// (the MUL that makes the ROPE's input, ggml_cuda_turbo_rope_mul_fusable) r.mul = its per-dim row. Gives the tensor the
+// kernel reads in place of the ROPE's output: the ROPE's input, or the MUL's (the same layout, checked by the callers)
+const ggml_tensor * ggml_cuda_turbo_rope_params(const ggml_tensor * rope, const ggml_tensor * mul, turbo_rope & r);
 // ---- end of RoPE on load

@@ -344,7 +344,8 @@ static turbo_set_rows_job turbo_set_rows_job_of(const ggml_tensor * src0, const 
     return j;
 }
 
-void ggml_cuda_turbo_rope_params(const ggml_tensor * rope, turbo_rope & r) {
+const ggml_tensor * ggml_cuda_turbo_rope_params(const ggml_tensor * rope, const ggml_tensor * mul, turbo_rope & r) {
+    GGML_ASSERT(!mul || rope->src[0] == mul);
     const int32_t * op = (const int32_t *) rope->op_params;
     float freq_base, beta_fast, beta_slow;
     memcpy(&freq_base,     op +  5, sizeof(float));
@@ -363,16 +364,14 @@ void ggml_cuda_turbo_rope_params(const ggml_tensor * rope, turbo_rope & r) {
     r.corr0 = corr[0]; r.corr1 = corr[1];
     r.pos = (const int32_t *) rope->src[1]->data;
     r.freq_factors = rope->src[2] ? (const float *) rope->src[2]->data : nullptr;
-    r.mul = nullptr;
+    r.mul = mul ? (const float *) mul->src[1]->data : nullptr;
+    return mul ? mul->src[0] : rope->src[0];
 }
 
 // the job reads the ROPE's input instead of its (viewed) output, and rotates it as upstream's ROPE would; with mul
 // (the MUL that makes the ROPE's input, ggml_cuda_turbo_rope_mul_fusable), the MUL's input, multiplied first
 static void turbo_rope_of(const ggml_tensor * rope, turbo_set_rows_job & j, const ggml_tensor * mul = nullptr) {
-    GGML_ASSERT(!mul || rope->src[0] == mul);
-    const ggml_tensor * x = mul ? mul->src[0] : rope->src[0];   // the same layout (checked by the callers)
-    ggml_cuda_turbo_rope_params(rope, j.rope);
-    j.rope.mul = mul ? (const float *) mul->src[1]->data : nullptr;
+    const ggml_tensor * x = ggml_cuda_turbo_rope_params(rope, mul, j.rope);
     j.src0 = x->data;
     j.s01  = x->nb[2]/sizeof(float);   // one token's heads are contiguous (checked by the caller)
 }
