@@ -346,7 +346,13 @@ struct turbo_mma_smem {
     typedef turbo_mma_stage_cfg<PAIR ? 1 : D/QKB, turbo_mma_block_bytes<type_K>::value, turbo_mma_block_bytes<type_V>::value,
                                 turbo_mma_loop_traits<LOOP>::TPS, type_K == GGML_TYPE_F16, type_V == GGML_TYPE_F16> cfg;
     static constexpr int RING = TURBO_MMA_WARPS*cfg::NSTAGE*cfg::WORDS;   // staging ring, words
-    static constexpr int OSZ  = NL*TURBO_MMA_ROWS*D;                      // the warps' outputs (epilogue), floats
+    // the warps' outputs (epilogue): row stride OS, and a pad word after every OG floats of a row, so that the 32
+    // lanes of one store of O^T fragments (dims OG g + .., rows 2t, 2t + 1) fall on 32 banks; unpadded they fell on 2
+    // (ncu, run 38: 11.6-way conflicts on the epilogue's stores, ~2000 wavefronts per block)
+    static constexpr int OG   = QKB/8;
+    static constexpr int OS   = D + D/OG + 4;
+    static __host__ __device__ constexpr int os_at(const int row, const int d) { return row*OS + d + d/OG; }
+    static constexpr int OSZ  = NL*TURBO_MMA_ROWS*OS;                     // floats
     static constexpr int RO_N = RING > OSZ ? RING : OSZ;
     static constexpr int Q_N  = TURBO_MMA_ROWS*(D + 4);                   // q rows (stride QS)
     // pair tables: 64 entries (turbo3, turbo2), 256 (turbo4); the static arrays keep one for a plain K or V
@@ -1037,11 +1043,11 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     for (int j = 0; j < NBL*CPB; ++j) {
         const int d = V_TURBO ? (PAIR ? bw : j / CPB)*QKB + (QKB/8)*g + 2*(j % CPB) :
                       (PAIR ? bw*QKB : 0) + (V_F16 ? 16*j + g : 32*(g >> 1) + 4*j + (g & 1));
-        float * ob = Os + (pair*NR + 2*t)*D;
-        ob[d]          = o[j][0];   // dim d,      row 2t
-        ob[D + d]      = o[j][1];   // dim d,      row 2t+1
-        ob[d + DD]     = o[j][2];   // dim d + DD, row 2t
-        ob[D + d + DD] = o[j][3];
+        const int row = pair*NR + 2*t;
+        Os[sm::os_at(row,     d)]      = o[j][0];   // dim d,      row 2t
+        Os[sm::os_at(row + 1, d)]      = o[j][1];   // dim d,      row 2t+1
+        Os[sm::os_at(row,     d + DD)] = o[j][2];   // dim d + DD, row 2t
+        Os[sm::os_at(row + 1, d + DD)] = o[j][3];
     }
     __syncthreads();
     const int64_t slot = ((int64_t) (iq3*n_hy + hy))*p.n_split + split;
@@ -1059,7 +1065,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
 #pragma unroll
             for (int w = 0; w < NL; ++w) {
                 const float f = exp2f(Ms[w*NR + r] - mx);
-                acc += Os[(w*NR + r)*D + d]*f;
+                acc += Os[sm::os_at(w*NR + r, d)]*f;
                 sum += Ls[w*NR + r]*f;
             }
         }

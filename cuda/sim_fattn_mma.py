@@ -140,6 +140,27 @@ def idx4_pick(w, n):
     return ((w >> (8 * (n >> 1))) & 0xFF) >> 2
 
 
+def epilogue_dims(j, g, qk, vplain=None):
+    """the kernel's epilogue: the dims d of M rows g and g + DD of a lane's O^T chunk j (rows 2t, 2t + 1), and DD"""
+    CPB = qk // 16
+    if vplain is None:
+        return (j // CPB) * qk + (qk // 8) * g + 2 * (j % CPB), 1
+    if vplain == "f16":
+        return 16 * j + g, 8
+    return 32 * (g >> 1) + 4 * j + (g & 1), 2
+
+
+def epilogue_layout(D, qk):
+    """where the epilogue puts output (row, dim) in shared memory, from turbo_mma_smem's OG, OS and os_at in
+    fattn-turbo-mma.cuh (C integer division as //): (OS, os_at)"""
+    mma = (HERE / "fattn-turbo-mma.cuh").read_text()
+    expr = {n: re.search(r"static constexpr int " + n + r"\s*=\s*([^;]+);", mma).group(1).replace("/", "//") for n in ("OG", "OS")}
+    at = re.search(r"constexpr int os_at\(const int row, const int d\) \{ return ([^;]+); \}", mma).group(1).replace("/", "//")
+    OG = eval(expr["OG"], {"QKB": qk})
+    OS = eval(expr["OS"], {"D": D, "OG": OG})
+    return OS, lambda row, d: eval(at, {"row": row, "d": d, "OS": OS, "OG": OG})
+
+
 def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0, variant=4, qk=128, vplain=None):
     """variant 4: table indexes cut from the codes per lookup (v4-v7); 8: index bytes built per word (v8).
     qk: the block size (64: the 64-value types at D = 64, a lane's K dims (qk/4) t.., V dims (qk/8) g..).
@@ -335,21 +356,18 @@ def simulate(D=128, kbits=3, vbits=3, n_kv=50, gqa=4, seed=0, variant=4, qk=128,
                 outs = mma(a_regs, b_regs, [o[l, CPB * b + jj] for l in range(32)])
                 for lane in range(32):
                     o[lane, CPB * b + jj] = np.array(outs[lane])
-    # epilogue: L reduced over g, O^T fragments scattered to (row, dim)
-    O = np.zeros((8, D)); Lr = np.zeros(8)
+    # epilogue: L reduced over g, O^T fragments stored to the shared buffer at os_at(row, dim), read back per row
+    OS, os_at = epilogue_layout(D, qk)
+    Os = np.full(8 * OS, np.nan); Lr = np.zeros(8)
     for lane in range(32):
         g, t = lane >> 2, lane & 3
         for i in range(2):
             Lr[2 * t + i] += L[lane][i]
         for j in range(NB * CPB):
-            # the kernel's epilogue: the dims of M rows g and g + DD of chunk j
-            if vplain is None:
-                d, DD = (j // CPB) * qk + (qk // 8) * g + 2 * (j % CPB), 1
-            elif vplain == "f16":
-                d, DD = 16 * j + g, 8
-            else:
-                d, DD = 32 * (g >> 1) + 4 * j + (g & 1), 2
-            O[2 * t, d], O[2 * t + 1, d], O[2 * t, d + DD], O[2 * t + 1, d + DD] = o[lane, j]
+            d, DD = epilogue_dims(j, g, qk, vplain)
+            for v, (row, dd) in zip(o[lane, j], ((2 * t, d), (2 * t + 1, d), (2 * t, d + DD), (2 * t + 1, d + DD))):
+                Os[os_at(row, dd)] = v
+    O = np.array([[Os[os_at(r, d)] for d in range(D)] for r in range(8)])
     return O, Lr, O_ref, R
 
 

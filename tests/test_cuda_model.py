@@ -89,3 +89,23 @@ def test_model_notices_a_wrong_lane_mapping(sim, monkeypatch):
     O, L, O_ref, R = sim.simulate(128, 3, 3, 50, seed=1)
     err = np.abs(O[:R] / L[:R, None] - O_ref[:R]).max() / np.abs(O_ref[:R]).max()
     assert err > 1e-3
+
+
+@pytest.mark.parametrize("D,qk,vplain", [(128, 128, None), (256, 128, None), (64, 64, None),
+                                         (128, 128, "f16"), (128, 128, "q8_0"), (256, 128, "f16"), (256, 128, "q8_0")])
+def test_epilogue_stores_fall_on_32_banks(sim, D, qk, vplain):
+    """The epilogue's shared-memory layout of the warps' outputs (turbo_mma_smem::os_at): every store instruction of a
+    warp (chunk j, one of its four values) puts its 32 lanes on 32 different banks (unpadded rows of D floats put them
+    on 2: run 38's 11.6-way conflicts), and the 4 warps' 8 rows x D dims get distinct words inside NL*8*OS"""
+    OS, os_at = sim.epilogue_layout(D, qk)
+    n_j = (D // qk) * (qk // 16) if vplain is None or D == 128 else 8   # a D = 256 plain-V warp: its block's 8 chunks
+    for j in range(n_j):
+        for dr, dd in ((0, 0), (1, 0), (0, 1), (1, 1)):
+            banks = set()
+            for lane in range(32):
+                g, t = lane >> 2, lane & 3
+                d, DD = sim.epilogue_dims(j, g, qk, vplain)
+                banks.add(os_at(2 * t + dr, d + dd * DD) % 32)
+            assert len(banks) == 32, f"D={D} V {vplain or 'turbo'} chunk {j}: {32 - len(banks)} lanes share a bank"
+    words = {os_at(r, d) for r in range(4 * 8) for d in range(D)}
+    assert len(words) == 4 * 8 * D and max(words) < 4 * 8 * OS
