@@ -8,6 +8,7 @@ swizzled f16 rows, or the q8_0 conversion and movmatrix), attention on V's value
 """
 from __future__ import annotations
 
+import functools
 import re
 import sys
 from pathlib import Path
@@ -150,14 +151,21 @@ def epilogue_dims(j, g, qk, vplain=None):
     return 32 * (g >> 1) + 4 * j + (g & 1), 2
 
 
-def epilogue_layout(D, qk):
-    """where the epilogue puts output (row, dim) in shared memory, from turbo_mma_smem's OG, OS and os_at in
-    fattn-turbo-mma.cuh (C integer division as //): (OS, os_at)"""
+@functools.lru_cache(maxsize=None)
+def _epilogue_exprs():
+    """turbo_mma_smem's OG, OS and os_at from fattn-turbo-mma.cuh, compiled once (C integer division as //)"""
     mma = (HERE / "fattn-turbo-mma.cuh").read_text()
-    expr = {n: re.search(r"static constexpr int " + n + r"\s*=\s*([^;]+);", mma).group(1).replace("/", "//") for n in ("OG", "OS")}
-    at = re.search(r"constexpr int os_at\(const int row, const int d\) \{ return ([^;]+); \}", mma).group(1).replace("/", "//")
-    OG = eval(expr["OG"], {"QKB": qk})
-    OS = eval(expr["OS"], {"D": D, "OG": OG})
+    def expr(pattern):
+        return compile(re.search(pattern, mma).group(1).replace("/", "//"), "fattn-turbo-mma.cuh", "eval")
+    return (expr(r"static constexpr int OG\s*=\s*([^;]+);"), expr(r"static constexpr int OS\s*=\s*([^;]+);"),
+            expr(r"constexpr int os_at\(const int row, const int d\) \{ return ([^;]+); \}"))
+
+
+def epilogue_layout(D, qk):
+    """where the epilogue puts output (row, dim) in shared memory, as the kernel's turbo_mma_smem: (OS, os_at)"""
+    og, os_, at = _epilogue_exprs()
+    OG = eval(og, {"QKB": qk})
+    OS = eval(os_, {"D": D, "OG": OG})
     return OS, lambda row, d: eval(at, {"row": row, "d": d, "OS": OS, "OG": OG})
 
 

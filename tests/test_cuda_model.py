@@ -98,7 +98,7 @@ def test_epilogue_stores_fall_on_32_banks(sim, D, qk, vplain):
     warp (chunk j, one of its four values) puts its 32 lanes on 32 different banks (unpadded rows of D floats put them
     on 2: run 38's 11.6-way conflicts), and the 4 warps' 8 rows x D dims get distinct words inside NL*8*OS"""
     OS, os_at = sim.epilogue_layout(D, qk)
-    n_j = (D // qk) * (qk // 16) if vplain is None or D == 128 else 8   # a D = 256 plain-V warp: its block's 8 chunks
+    n_j = (D // qk) * (qk // 16) if vplain is None else 8   # a plain V: a warp's 8 chunks of its 128-block
     for j in range(n_j):
         for dr, dd in ((0, 0), (1, 0), (0, 1), (1, 1)):
             banks = set()
