@@ -44,8 +44,8 @@ A) mkdir -p /tmp/tl && tar xzf .devcarry/mini.tar.gz -C /tmp/tl
    TL_PERF= TL_BUILD=prebuilt OUT=$W/a bash ci/gpu-run.sh build test > $W/a.txt 2>&1; cat $W/a/summary.txt >> $S
    wait; m=$(tail -1 /tmp/m8.txt); log "gguf $m"
    for v in f16:1 turbo3:1 turbo3:0 turbo3:1 turbo3:0; do t=${v%:*}; rs=${v#*:}; late "slots $v" && continue
-     TURBO_ROPEQ_STREAMS=$rs bb 32768 128 $t > $W/slots-$t-$rs-$(date +%s).txt 2>&1
-     f=$(ls -t $W/slots-$t-$rs-*.txt | head -1)
+     f=$W/slots-$t-$rs-$(date +%s).txt
+     TURBO_ROPEQ_STREAMS=$rs bb 32768 128 $t > $f 2>&1
      log "four slots 4 x 32768 -ntg 128 $t TURBO_ROPEQ_STREAMS=$rs: rc=$? $(bbline $f) | $(grep -c "Q's RoPE done by the decode" $f) fusion lines"; done
    for v in turbo3:TURBO_PDL_AB=0 turbo3:TURBO_PDL_AB=1 f16:TURBO_PDL_AB=0; do t=${v%%:*}; e=${v#*:}; late "ab $v" && continue
      env $e $B/llama-bench -m $m -fa 1 -ngl 99 -p 0 -n 128 -d 0,32768 -r 2 -ctk $t -ctv $t -o md > $W/ab-$t-${e//=/}.txt 2>&1
@@ -74,7 +74,7 @@ PY
    late "slots ncu" || { timeout 150 ncu --clock-control none --set full -k regex:k_turbo_fattn_mma -s 32 -c 1 --metrics "$NCUM" \
        bash -c "$(declare -f bb); B=$B m=$m bb 32768 8 turbo3" > $W/slots-ncu.txt 2>&1
      log "ncu turbo3 decode at 4 x 32K: rc=$? | $(nculine $W/slots-ncu.txt)"; grep -E "$STALL" $W/slots-ncu.txt | tr -s ' ' | head -30 >> $S; }
-   ;;&
+   ;;
 D) m=$(tail -1 /tmp/m8.txt 2>/dev/null); [ -f "$m" ] || { mkdir -p /tmp/tl && tar xzf .devcarry/mini.tar.gz -C /tmp/tl; TL_PERF= TL_BUILD=prebuilt OUT=$W/d bash ci/gpu-run.sh build > $W/d.txt 2>&1; M8 > /tmp/m8.txt 2>&1; m=$(tail -1 /tmp/m8.txt); }
    for k in k_turbo_fattn_mma:turbo3 k_turbo_fattn_combine:turbo3 flash_attn_ext_vec:f16 flash_attn_combine:f16; do n=${k%:*}; t=${k#*:}; late "d0 ncu $k" && continue
      timeout 100 ncu --clock-control none --set full -k regex:$n -s 64 -c 1 --metrics "$NCUM" \
