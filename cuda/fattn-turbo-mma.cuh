@@ -541,10 +541,16 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
     }
     // Q's RoPE deferred into this kernel (patch 0021): q comes from the ROPE's input. rope_once (one token, NB = 1):
-    // every row has the same position, so the lane's cos and sin are computed once, while the q loads are in flight
+    // every row has the same position, so the lane's cos and sin are computed once, while the q loads are in flight.
+    // The MUL's row and the frequency factors are loaded with q (a warp's rows all sit at block warp % NB of their head)
+    static_assert(NW % NB == 0, "a warp's q blocks: one block index");
+    turbo_rope_pre<QV> rpre;
+    if (p.rope.pos) {
+        turbo_rope_preload<QV>(p.rope, (warp % NB)*QKB, lane, rpre);
+    }
     float rc[QV], rs[QV];
     if (NB == 1 && p.rope_once) {
-        turbo_rope_block_cs<QV>(p.rope, 0, p.rope.pos[0], lane, rc, rs);
+        turbo_rope_block_cs<QV>(p.rope, 0, p.rope.pos[0], rpre, lane, rc, rs);
     }
 #pragma unroll
     for (int i = 0; i < QT; ++i) {
@@ -554,9 +560,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         // a pad row (a GQA group of 4 fills half of the 8) is zeros, loaded as such: no RoPE, no FWHT (warp-uniform)
         if (rho < R) {
             if (NB == 1 && p.rope_once) {
-                turbo_rope_apply<QV>(p.rope, qv[i], 0, rc, rs, lane);
+                turbo_rope_apply<QV>(p.rope, qv[i], 0, rc, rs, rpre, lane);
             } else if (p.rope.pos) {
-                turbo_rope_block<QV>(p.rope, qv[i], blk*QKB, p.rope.pos[rho / p.gqa], lane);
+                turbo_rope_block<QV>(p.rope, qv[i], blk*QKB, p.rope.pos[rho / p.gqa], rpre, lane);
             }
             if (K_TURBO) {
 #pragma unroll

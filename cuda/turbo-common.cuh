@@ -626,10 +626,40 @@ struct turbo_rope {
     float theta_scale, freq_scale, ext_factor, attn_factor, corr0, corr1;
 };
 
-// cos and sin of the rotation of pair iw (its first index relative to n_offs), YaRN-corrected as upstream does
-static __device__ __forceinline__ void turbo_rope_cs(const turbo_rope & r, const float p, const int iw, float & c, float & s) {
+// the global values a RoPE of the lane's values reads besides its position (the folded MUL's row, the frequency
+// factors), which the kernels load beside their inputs: read where they were used, each was a trip to L2 of its own
+// inside the kernel's chain (and four more on a model with factors, as Llama 3's: one per value, behind a branch each)
+template <int NV = 4>
+struct turbo_rope_pre {
+    float mul[NV];   // r.mul[e0 + lane + 32k] (unused without a MUL)
+    float ff[NV];    // the frequency factor of the value's pair, 1 without factors (as upstream divides by 1 then)
+};
+
+// pair iw (its first index relative to n_offs) of value e of a head, for e in the rotated dims
+static __device__ __forceinline__ int turbo_rope_pair(const turbo_rope & r, const int e) {
+    return r.neox ? 2*((e - r.n_offs) % (r.n_dims/2)) : (e - r.n_offs) & ~1;
+}
+static __device__ __forceinline__ bool turbo_rope_rotated(const turbo_rope & r, const int e) {
+    return e >= r.n_offs && e < r.n_offs + r.n_dims;
+}
+
+template <int NV = 4>
+static __device__ __forceinline__ void turbo_rope_preload(const turbo_rope & r, const int e0, const int lane,
+        turbo_rope_pre<NV> & pre) {
+#pragma unroll
+    for (int k = 0; k < NV; ++k) {
+        const int e = e0 + lane + 32*k;
+        pre.mul[k] = r.mul ? r.mul[e] : 1.0f;
+        pre.ff[k] = r.freq_factors ? r.freq_factors[turbo_rope_rotated(r, e) ? turbo_rope_pair(r, e)/2 : 0] : 1.0f;
+    }
+}
+
+// cos and sin of the rotation of pair iw (its first index relative to n_offs), YaRN-corrected as upstream does; ff:
+// the pair's frequency factor (turbo_rope_preload)
+static __device__ __forceinline__ void turbo_rope_cs(const turbo_rope & r, const float p, const int iw, const float ff,
+        float & c, float & s) {
     const float theta_base = p*powf(r.theta_scale, iw/2.0f);
-    const float theta_extrap = theta_base/(r.freq_factors ? r.freq_factors[iw/2] : 1.0f);
+    const float theta_extrap = theta_base/ff;
     const float theta_interp = r.freq_scale*theta_extrap;
     float theta = theta_interp;
     float mscale = r.attn_factor;
@@ -648,15 +678,14 @@ static __device__ __forceinline__ void turbo_rope_cs(const turbo_rope & r, const
 // they are)
 template <int NV = 4>
 static __device__ __forceinline__ void turbo_rope_block_cs(const turbo_rope & r, const int e0, const int32_t pos,
-        const int lane, float c[NV], float s[NV]) {
+        const turbo_rope_pre<NV> & pre, const int lane, float c[NV], float s[NV]) {
     const float p = (float) pos;
 #pragma unroll
     for (int k = 0; k < NV; ++k) {
         const int e = e0 + lane + 32*k;
         c[k] = 1.0f; s[k] = 0.0f;
-        if (e >= r.n_offs && e < r.n_offs + r.n_dims) {
-            const int iw = r.neox ? 2*((e - r.n_offs) % (r.n_dims/2)) : (e - r.n_offs) & ~1;
-            turbo_rope_cs(r, p, iw, c[k], s[k]);
+        if (turbo_rope_rotated(r, e)) {
+            turbo_rope_cs(r, p, turbo_rope_pair(r, e), pre.ff[k], c[k], s[k]);
         }
     }
 }
@@ -666,11 +695,11 @@ static __device__ __forceinline__ void turbo_rope_block_cs(const turbo_rope & r,
 // A neox pair of a wider head spans two blocks: those RoPEs stay upstream's (ggml_cuda_turbo_rope_on_load_ok)
 template <int NV = 4>
 static __device__ __forceinline__ void turbo_rope_apply(const turbo_rope & r, float v[NV], const int e0, const float c[NV],
-        const float s[NV], const int lane) {
+        const float s[NV], const turbo_rope_pre<NV> & pre, const int lane) {
     if (r.mul) {   // warp-uniform; a partner's product is its own lane's (or this lane's other value's)
 #pragma unroll
         for (int k = 0; k < NV; ++k) {
-            v[k] = __fmul_rn(v[k], r.mul[e0 + lane + 32*k]);   // never contracted into an FMA: MUL's x*y exactly
+            v[k] = __fmul_rn(v[k], pre.mul[k]);   // never contracted into an FMA: MUL's x*y exactly
         }
     }
     float o[NV];
@@ -692,13 +721,13 @@ static __device__ __forceinline__ void turbo_rope_apply(const turbo_rope & r, fl
     }
 }
 
-// rotates the warp's block: value lane + 32k sits at index e0 + lane + 32k of its head
+// rotates the warp's block: value lane + 32k sits at index e0 + lane + 32k of its head; pre: turbo_rope_preload's
 template <int NV = 4>
 static __device__ __forceinline__ void turbo_rope_block(const turbo_rope & r, float v[NV], const int e0, const int32_t pos,
-        const int lane) {
+        const turbo_rope_pre<NV> & pre, const int lane) {
     float c[NV], s[NV];
-    turbo_rope_block_cs<NV>(r, e0, pos, lane, c, s);
-    turbo_rope_apply<NV>(r, v, e0, c, s, lane);
+    turbo_rope_block_cs<NV>(r, e0, pos, pre, lane, c, s);
+    turbo_rope_apply<NV>(r, v, e0, c, s, pre, lane);
 }
 
 // the ROPE node's parameters (host); r.pos = its positions, r.freq_factors = its frequency factors or nullptr; with mul

@@ -123,19 +123,24 @@ static __device__ __forceinline__ void turbo_set_rows_block(const turbo_set_rows
     const int64_t dst_row = (int64_t) ((const idx_t *) j.src1)[i01*j.s10 + i11*j.s11 + i12*j.s12];
 
     const src_t * x = (const src_t *) j.src0 + i01*j.s01 + i02*j.s02 + i03*j.s03 + ib*qk;
-    float v[nv];
+    // every global value the block needs is loaded here, together (the RoPE's MUL row and frequency factors, the key
+    // offsets): read where they are used, each was a trip to L2 of its own inside the chain
+    float v[nv], offv[nv];
+    turbo_rope_pre<nv> rpre;
+    const int e0 = j.rope.pos ? (ib*qk) % j.rope.D : 0;
 #pragma unroll
     for (int k = 0; k < nv; ++k) {
         v[k] = turbo_to_f32(x[lane + 32*k]);
+        offv[k] = j.off ? j.off[ib*qk + lane + 32*k] : 0.0f;
     }
     if (j.rope.pos) {
-        const int e0 = (ib*qk) % j.rope.D;
-        turbo_rope_block<nv>(j.rope, v, e0, j.rope.pos[i01], lane);
+        turbo_rope_preload<nv>(j.rope, e0, lane, rpre);
+        turbo_rope_block<nv>(j.rope, v, e0, j.rope.pos[i01], rpre, lane);
     }
 #pragma unroll
     for (int k = 0; k < nv; ++k) {
         if (j.off) {
-            v[k] = __fsub_rn(v[k], j.off[ib*qk + lane + 32*k]);   // ggml_sub's a - b, fused (see below)
+            v[k] = __fsub_rn(v[k], offv[k]);   // ggml_sub's a - b, fused (see below)
         }
     }
     float * c0 = turbo_job_cell0<qk>(j, dst_row, ib);   // warp-uniform

@@ -2,7 +2,7 @@
 // code with a warp emulated lane by lane) against ggml's CPU ROPE, normal and neox, with and without YaRN: what the
 // kernels do on load (ggml_cuda_turbo_rope_on_load_ok), normal RoPE of 128- and 256-wide heads, neox of 128-wide ones,
 // in 128-value blocks; and in the 64-value types' blocks (2 values per lane) normal and neox RoPE of 64-wide heads,
-// normal of 128-wide ones.
+// normal of 128-wide ones; each with and without the folded MUL and frequency factors.
 #include <cmath>
 #include <cstdio>
 #include <cstdint>
@@ -36,7 +36,9 @@ static void rope_blocks(const turbo_rope & rp, const std::vector<float> & x, std
                 for (int q = 0; q < 32; ++q) g_lane_vals[q] = rp.mul ? __fmul_rn(v[q][k], rp.mul[e0 + q + 32*k]) : v[q][k];
                 float one[NV];
                 for (int m = 0; m < NV; ++m) one[m] = v[l][m];
-                turbo_rope_block<NV>(rp, one, e0, pos, l);
+                turbo_rope_pre<NV> pre;
+                turbo_rope_preload<NV>(rp, e0, l, pre);
+                turbo_rope_block<NV>(rp, one, e0, pos, pre, l);
                 res[l][k] = one[k];
             }
         }
@@ -46,7 +48,7 @@ static void rope_blocks(const turbo_rope & rp, const std::vector<float> & x, std
 
 int main() {
     int fails = 0;
-    for (int D : {64, 128, 256}) for (int qk : {128, 64}) for (int mode : {0, 2}) for (float ext : {0.0f, 1.0f}) for (int pos : {0, 7, 513, 4095, 100000}) for (int with_mul : {0, 1}) {
+    for (int D : {64, 128, 256}) for (int qk : {128, 64}) for (int mode : {0, 2}) for (float ext : {0.0f, 1.0f}) for (int pos : {0, 7, 513, 4095, 100000}) for (int with_mul : {0, 1}) for (int with_ff : {0, 1}) {
         // a block lies in one head; a neox pair (m, m + D/2) in one block (else the RoPE is not done on load)
         if (D % qk != 0 || (mode == 2 && D != qk) || (qk == 64 && D == 256)) {
             continue;
@@ -70,12 +72,20 @@ int main() {
             memcpy(g->data, gain.data(), D*sizeof(float));
             a = ggml_mul(ctx, a, g);
         }
-        ggml_tensor * r = ggml_rope_ext(ctx, a, p, nullptr, n_dims, mode, n_ctx_orig, freq_base, freq_scale, ext, attn_factor, beta_fast, beta_slow);
+        // with_ff: frequency factors (Llama 3's rope_freqs), one per pair
+        std::vector<float> ff(n_dims/2);
+        for (int i = 0; i < n_dims/2; ++i) ff[i] = 1.0f + 7.0f*(float) i/(n_dims/2);
+        ggml_tensor * fft = nullptr;
+        if (with_ff) {
+            fft = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, n_dims/2);
+            memcpy(fft->data, ff.data(), ff.size()*sizeof(float));
+        }
+        ggml_tensor * r = ggml_rope_ext(ctx, a, p, fft, n_dims, mode, n_ctx_orig, freq_base, freq_scale, ext, attn_factor, beta_fast, beta_slow);
         ggml_cgraph * gf = ggml_new_graph(ctx); ggml_build_forward_expand(gf, r);
         ggml_graph_compute_with_ctx(ctx, gf, 1);
         // the fused kernel's math
         turbo_rope rp{};
-        int32_t posv = pos; rp.pos = &posv; rp.freq_factors = nullptr; rp.D = D; rp.n_dims = n_dims; rp.n_offs = 0; rp.neox = mode == 2;
+        int32_t posv = pos; rp.pos = &posv; rp.freq_factors = with_ff ? ff.data() : nullptr; rp.D = D; rp.n_dims = n_dims; rp.n_offs = 0; rp.neox = mode == 2;
         rp.theta_scale = powf(freq_base, -2.0f/n_dims); rp.freq_scale = freq_scale; rp.ext_factor = ext; rp.attn_factor = attn_factor;
         float corr[2]; ggml_rope_yarn_corr_dims(n_dims, n_ctx_orig, freq_base, beta_fast, beta_slow, corr);
         rp.corr0 = corr[0]; rp.corr1 = corr[1];
@@ -88,7 +98,7 @@ int main() {
         }
         double maxd = 0;
         for (int i = 0; i < D; ++i) maxd = fmax(maxd, fabs(out[i] - ((float *) r->data)[i]));
-        printf("D=%d qk=%d mode=%d ext=%.0f pos=%6d mul=%d max|diff|=%.3g\n", D, qk, mode, ext, pos, with_mul, maxd);
+        printf("D=%d qk=%d mode=%d ext=%.0f pos=%6d mul=%d ff=%d max|diff|=%.3g\n", D, qk, mode, ext, pos, with_mul, with_ff, maxd);
         // float angles: the difference grows with the position, and with the head size (ggml's CPU steps the angle
         // by repeated multiplication, the kernels take powf per pair; 256-wide heads: twice the steps)
         if (maxd > (with_mul ? 2 : 1)*(1.5e-7*(D > 128 ? D/128 : 1)*(pos + 1) + 1e-6)) fails++;   // gains up to 2
