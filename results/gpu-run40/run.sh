@@ -48,7 +48,7 @@ kt() { # $1 bin set, $2 model, $3 label: the turbo3 kernels of 8 depth-0 decode 
   use $1; GGML_CUDA_DISABLE_GRAPHS=1 timeout 120 ncu --clock-control none --cache-control none -k regex:k_turbo \
     --metrics gpu__time_duration.sum --csv --print-units base $B/llama-bench -m $2 -p 0 -n 8 -r 1 -fa 1 -ngl 99 \
     -ctk turbo3 -ctv turbo3 --no-warmup > $W/kt-$3.csv 2> $W/kt-$3.err
-  log "ncu turbo3 depth 0 [$1 $3]: rc=$? | $(python3 $R/ci/ktime.py $W/kt-$3.csv 8 2>&1 | grep -E 'k_turbo_(fattn_mma|set_rows |fattn_combine)' | tr -s ' ' | tr '\n' ';')"
+  log "ncu turbo3 depth 0 [$1 $3]: rc=$? | $(python3 $R/ci/ktime.py $W/kt-$3.csv 8 2>&1 | grep -E 'k_turbo_(fattn_mma|set_rows|fattn_combine_warp)$' | tr -s ' ' | tr '\n' ';')"
 }
 bb() { $B/llama-batched-bench -m $M8 -c $((4*(32768+128+16))) -b 2048 -ub 512 -npp 32768 -ntg 128 -npl 4 -fa on -ngl 99 -ctk $1 -ctv $1; }
 for ph in "$@"; do case $ph in
