@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # turbo-llama on a CUDA machine (the H200 of the device tool, or any CUDA GPU): build, test, bench, eval, profile.
 #
-#   ci/gpu-run.sh [build] [test] [bench] [eval] [profile]      (default: build test bench; results in $OUT/summary.txt
+#   ci/gpu-run.sh [build] [test] [bench] [slots] [eval] [profile]    (default: build test bench; results in $OUT/summary.txt
 #                                                               and $OUT/logs.tgz, $OUT defaults to /tmp/gpu-out)
 #   build    the CUDA binaries into /tmp/tl/build/bin, one of (TL_BUILD):
 #              cmake        (default) cmake + ninja of .devcarry/tree.tar.gz (the prepared tree) with the current cuda/
@@ -19,6 +19,9 @@
 #   bench    `turbo-llama bench --shape llama8b --backend cuda` (random Q4_0 weights of the Llama-3.1-8B shape):
 #            TL_TYPES (f16,q8_0,turbo3,turbo2), TL_DEPTHS (0,32768), TL_ROUNDS (1), TL_REPS (1), -p 512 -n 128;
 #            TL_PAIRS="q8_0/turbo3 f16/turbo3 ...": mixed K/V pairs by llama-bench -n 128 at TL_PAIR_DEPTHS (32768)
+#   slots    four server-like slots at 32K each: llama-batched-bench -npp 32768 -ntg 128 -npl 4 (one KV stream per
+#            sequence) on the llama8b random GGUF, TL_SLOT_TYPES (f16 turbo3) alternating for TL_SLOT_ROUNDS (2) rounds; needs llama-batched-bench in
+#            the build (TL_TARGETS, or TL_PREBUILT_TARGETS of ci/make-prebuilt.sh); results/gpu.md "Four slots at 32K each"
 #   eval     Gemma 3 270M perplexity and KLD against its own f16 on the GPU (llama-perplexity -fa on -ngl 99): the
 #            GGUF travels in parts (.devcarry/*/g00 .. g04, as ci/gpu-eval.sh takes them; a warm machine keeps each
 #            call's parts) and is joined when all are there; TL_PPL_TYPES (f16 q8_0 turbo3 turbo2), TL_PPL_ARGS (e.g. -ub 1: every
@@ -35,6 +38,9 @@
 # Time guard: bench starts no new run after ${TL_DEADLINE:-540} s.
 set -u
 REPO=$(cd "$(dirname "$0")/.." && pwd)
+# the patch series of the pin: patches/pin.toml's [patches] series = "..." (no pin number in this script)
+SERIES=$(sed -n 's/^series *= *"\([^"]*\)".*/\1/p' "$REPO/patches/pin.toml")
+[ -n "$SERIES" ] && [ -f "$REPO/patches/$SERIES/overlay" ] || { echo "no patch series in $REPO/patches/pin.toml" >&2; exit 1; }
 WORK=${TL_WORK:-/tmp/tl}; TREE=$WORK/tree; BUILD=$WORK/build; B=$BUILD/bin
 # the device tool returns at most 8 files from $OUT: logs go to a folder of their own, and $OUT gets summary.txt plus
 # one logs.tgz when the call ends
@@ -61,7 +67,7 @@ fi
 # the current cuda/ sources over the tree's copies, so that kernel changes need no new tarball
 while read -r src dst; do
     case "$src" in cuda/*) [ -d "$(dirname "$TREE/$dst")" ] && cp "$REPO/$src" "$TREE/$dst" ;; esac
-done < "$REPO/patches/b11312/overlay"
+done < "$REPO/patches/$SERIES/overlay"
 
 # the turbo-llama command on this machine: click and tqdm travel as wheels in .devcarry/whl
 tl_python() {
@@ -156,6 +162,21 @@ if [[ " $PHASES " == *" bench "* ]]; then
             log "llama-bench -fa 1 -ngl 99 -p 0 -n 128 -d ${TL_PAIR_DEPTHS:-32768} -ctk $k -ctv $v: rc=$? | $(grep -E '\| +tg128' "$OUT/pair-$k-$v.md" | tr -s ' ' | sed -E 's/.*\| (tg128[^|]*)\| +([0-9.]+ ± [0-9.]+) \|/\1 \2/' | tr '\n' ';')"
         done
     fi
+fi
+
+if [[ " $PHASES " == *" slots "* ]]; then
+    tl_python; export TURBO_LLAMA_CACHE=$WORK/cache
+    M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))")
+    for r in $(seq 1 "${TL_SLOT_ROUNDS:-2}"); do
+        for t in ${TL_SLOT_TYPES:-f16 turbo3}; do
+            if [ "$(el)" -gt "$DEADLINE" ]; then log "deadline: skipping slots $t round $r"; continue; fi
+            f="$OUT/slots-$t-$r.txt"
+            "$B/llama-batched-bench" -m "$M8" -c $((4 * (32768 + 128 + 16))) -b 2048 -ub 512 -npp 32768 -ntg 128 -npl 4 \
+                -fa on -ngl 99 -ctk $t -ctv $t > "$f" 2>&1
+            rc=$?; [ "$rc" = 0 ] || FAILED=1
+            log "llama-batched-bench -npp 32768 -ntg 128 -npl 4 -ctk $t -ctv $t (round $r): rc=$rc | $(grep -E '^\|\s+32768' "$f" | tr -s ' ')"
+        done
+    done
 fi
 
 GEMMA_SHA=a5fd3b62230aa5ec60212297dc9d20eaa70578ac519e00d93a17e44c087a6818 GEMMA_BYTES=253113024

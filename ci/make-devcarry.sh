@@ -5,16 +5,19 @@
 # prepared tree, ~38 MB), for `turbo-llama build --cuda --llama-src` on the GPU machine (`TL_BUILD=turbo-llama ci/gpu-run.sh build`).
 # Strips what a CUDA build does not need (docs, models, media, other backends, the web UI sources (its CMake
 # stays: the server build asks for it), benches) to stay far
-# below the device tool's 64 MiB per call (about 7 MB compressed at b11312).
+# below the device tool's 64 MiB per call (about 7 MB compressed).
 set -eu
 SRC=$1
 PRISTINE=${2:-}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
+# the patch series of the pin: patches/pin.toml's [patches] series = "..." (no pin number in this script)
+SERIES=$(sed -n 's/^series *= *"\([^"]*\)".*/\1/p' "$REPO/patches/pin.toml")
+[ -n "$SERIES" ] && [ -f "$REPO/patches/$SERIES/overlay" ] || { echo "no patch series in $REPO/patches/pin.toml" >&2; exit 1; }
 TMP=$(mktemp -d)
 mkdir -p "$TMP/tree"
 if [ -d "$SRC/.git" ]; then git -C "$SRC" archive HEAD | tar -x -C "$TMP/tree"; else cp -a "$SRC/." "$TMP/tree/"; rm -rf "$TMP/tree/.git"; fi
 # the tree's CUDA dir gets the current cuda/ sources at run time (gpu-run.sh), but keep them in sync here too
-while read -r s d; do case "$s" in cuda/*) cp "$REPO/$s" "$TMP/tree/$d" ;; esac; done < "$REPO/patches/b11312/overlay"
+while read -r s d; do case "$s" in cuda/*) cp "$REPO/$s" "$TMP/tree/$d" ;; esac; done < "$REPO/patches/$SERIES/overlay"
 cd "$TMP/tree"
 rm -rf docs models media benches tools/ui/src tools/ui/tests tools/ui/static ggml/src/ggml-{hexagon,sycl,vulkan,opencl,cann,metal,musa,openvino,webgpu,zdnn,zendnn,virtgpu,et}
 mkdir -p "$REPO/.devcarry"

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # turbo-llama: builds .devcarry/prebuilt.tar.gz (CUDA sm_90 llama-bench + llama-perplexity and their shared
 # libraries) on a machine without a GPU or cuBLAS, for `TL_BUILD=prebuilt ci/gpu-run.sh build` on the H200 when the device time
-# left is less than a CUDA build there (run 19, lease 4).
+# left is less than a CUDA build there.
 #   ci/make-prebuilt.sh <prepared tree dir> [build dir, default /tmp/cbuild]
 #   TL_PREBUILT_TARGETS: the programs (default: llama-bench llama-perplexity; with test-backend-ops the tests are
 #   configured too)
@@ -15,6 +15,9 @@ TESTS=OFF; case " $TARGETS " in *" test-backend-ops "*) TESTS=ON ;; esac
 SRC=$1
 BLD=${2:-/tmp/cbuild}
 REPO=$(cd "$(dirname "$0")/.." && pwd)
+# the patch series of the pin: patches/pin.toml's [patches] series = "..." (no pin number in this script)
+SERIES=$(sed -n 's/^series *= *"\([^"]*\)".*/\1/p' "$REPO/patches/pin.toml")
+[ -n "$SERIES" ] && [ -f "$REPO/patches/$SERIES/overlay" ] || { echo "no patch series in $REPO/patches/pin.toml" >&2; exit 1; }
 DEPS=${TL_PREBUILT_DEPS:-/tmp/tl-prebuilt-deps}
 PY=${PYTHON:-python3}
 [ -x "$REPO/.venv/bin/python" ] && PY=$REPO/.venv/bin/python
@@ -39,7 +42,7 @@ gcc -shared -fPIC -Wl,-soname,libcuda.so.1 -o "$STUB/libcuda.so" "$STUB/stub.c"
 ln -sf libcuda.so "$STUB/libcuda.so.1"
 
 # the current cuda/ sources over the tree's copies, as gpu-run.sh does
-while read -r s d; do case "$s" in cuda/*) cp "$REPO/$s" "$SRC/$d" ;; esac; done < "$REPO/patches/b11312/overlay"
+while read -r s d; do case "$s" in cuda/*) cp "$REPO/$s" "$SRC/$d" ;; esac; done < "$REPO/patches/$SERIES/overlay"
 
 cmake -S "$SRC" -B "$BLD" -G Ninja -DGGML_CUDA=ON -DCMAKE_CUDA_ARCHITECTURES=90 -DCMAKE_BUILD_TYPE=Release \
     -DLLAMA_CURL=OFF -DLLAMA_OPENSSL=OFF -DLLAMA_BUILD_SERVER=OFF -DLLAMA_BUILD_EXAMPLES=OFF -DLLAMA_BUILD_TESTS=$TESTS \
