@@ -20,25 +20,20 @@ import sys
 import time
 from pathlib import Path
 
-import click
-
+from ..build.installed import find_tool, installed_info
+from ..cache_types import bits_per_value, check_caches, supported_types
+from ..util import sha256_file
 from . import model as _model
-from . import niah as _niah
 from . import processes
-from .cache_types import CacheTypeError, bits_per_value, check_caches, default_ladder, supported_types
-from .llama_tools import ToolError, find_tool, tool_version
+from .llama_tools import tool_version
 from .niah_runs import niah_step, niah_units
-from .perplexity import backend_args, kld_base_bytes, perplexity_step  # noqa: F401 (kld_base_bytes: tests)
 from .outputs import publish, staging_dir
+from .perplexity import backend_args, perplexity_step
 from .progress import WorkBar, ppl_units
-from .report import finish_outputs, render_markdown, write_json  # noqa: F401 (render_markdown: tests)
+from .report import finish_outputs, write_json
 
 QUICK_CTX, QUICK_CHUNKS = 2048, 4
 FULL_CHUNKS = 16  # the KLD base logits of Gemma 3 (262k vocab) are ~0.5 GiB per chunk at c=2048
-
-
-def _csv(s: str, conv=str) -> list:
-    return [conv(x.strip()) for x in s.split(",") if x.strip()]
 
 
 def _version_info(tools: dict[str, Path]) -> dict:
@@ -48,15 +43,7 @@ def _version_info(tools: dict[str, Path]) -> dict:
         info["turbo_llama"] = getattr(turbo_llama, "__version__", None)
     except ImportError:
         pass
-    try:  # the build toolkit's own record of what was built (pin, patches), if it has one
-        from turbo_llama import build as _build
-        for name in ("build_info", "installed_info", "installed"):
-            fn = getattr(_build, name, None)
-            if callable(fn):
-                info["build"] = fn()
-                break
-    except Exception:  # noqa: BLE001 - optional
-        pass
+    info["build"] = installed_info()   # the build's own record of what was built (pin, patches), if any
     for name, exe in tools.items():
         info[name] = {"path": str(exe), "version": tool_version(exe)}
     return info
@@ -122,7 +109,7 @@ def run_eval(*, model_path: Path | None, types: list[str], ctx: int, chunks: int
         if not skip_ppl:
             perplexity_step(res, exe=tools["llama-perplexity"], model=mpath, text=ppl_text, ctx=ctx, chunks=chunks,
                             extra=bargs, out=stage, logs=logs, save=save, bar=bar, units=units,
-                            sha256_file=_model.sha256_file)
+                            sha256_file=sha256_file)
         if not skip_niah:
             niah_step(res, exe=tools["llama-server"], model=mpath, haystack=hay_text, lengths=niah_lengths,
                       depths=niah_depths, extra=bargs, out=stage, logs=logs, save=save, bar=bar)
@@ -146,100 +133,3 @@ def run_eval(*, model_path: Path | None, types: list[str], ctx: int, chunks: int
             finish_outputs(res, stage)
             publish(stage, out)
     return res
-
-
-@click.command("eval")
-@click.option("--model", "model_spec", default=None, metavar="NAME|PATH",
-              help=f"{' or '.join(_model.MODEL_NAMES)} (fetched and checked once), or a GGUF file "
-                   f"[default: {_model.DEFAULT_MODEL}]")
-@click.option("--types", default=None, metavar="LIST",
-              help="caches, comma separated: TYPE or K/V (e.g. f16,q8_0,turbo3,q8_0/turbo3); f16 always runs "
-                   "first (the KLD base) [default: the quality ladder, as far as the build supports it]")
-@click.option("--full", is_flag=True, help=f"the full eval: {FULL_CHUNKS} chunks, needles from 1K tokens to the "
-                                           "model's training context at 10 depths")
-@click.option("--quick", is_flag=True, help="the quick eval (the default; kept for scripts)")
-@click.option("--ctx", type=int, default=None, help=f"perplexity context [{QUICK_CTX}]")
-@click.option("--chunks", type=int, default=None, help=f"perplexity chunks [quick {QUICK_CHUNKS}, full {FULL_CHUNKS}]")
-@click.option("--text", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="perplexity text [the Jargon File, shipped with turbo-llama]")
-@click.option("--haystack", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="NIAH haystack text [the King James Bible, shipped with turbo-llama]")
-@click.option("--niah-lengths", default=None, help="comma separated token lengths "
-              f"[quick: {','.join(map(str, _niah.QUICK_LENGTHS))}; full: 1K..model context]")
-@click.option("--niah-depths", default=None, help="comma separated fractions [quick: 0.1,0.5,0.9; full: 10]")
-@click.option("--no-niah", "skip_niah", is_flag=True, help="perplexity and KLD only (no needles)")
-@click.option("--backend", type=click.Choice(["cpu", "cuda"]), default="cpu", show_default=True)
-@click.option("--threads", type=int, default=os.cpu_count() or 1, show_default=True)
-@click.option("--out", type=click.Path(file_okay=False, path_type=Path), default=None,
-              help="output directory [results/eval-YYYYmmdd-HHMMSS]")
-@click.option("--repack/--no-repack", default=None,
-              help="CPU weight repacking (default off on cpu: its AMX kernels SIGILL on some VMs)")
-@click.option("--skip-ppl", is_flag=True, hidden=True)
-def eval_command(model_spec, types, full, quick, ctx, chunks, text, haystack, niah_lengths, niah_depths, skip_niah,
-                 backend, threads, out, repack, skip_ppl):
-    """Perplexity, KL divergence and needle-in-a-haystack for each KV cache (quick by default; --full)."""
-    if full and quick:
-        raise click.UsageError("--full and --quick exclude each other")
-    try:
-        with processes.interruptible():
-            _eval_cli(model_spec, types, full, ctx, chunks, text, haystack, niah_lengths, niah_depths, skip_niah,
-                      backend, threads, out, repack, skip_ppl)
-    except KeyboardInterrupt as e:
-        sys.exit(processes.exit_code(e))
-
-
-def _eval_cli(model_spec, types, full, ctx, chunks, text, haystack, niah_lengths, niah_depths, skip_niah,
-              backend, threads, out, repack, skip_ppl):
-    try:
-        if types is None:
-            tools, _ = check_inputs([], need_ppl=not skip_ppl, need_niah=not skip_niah)
-            type_list, skipped = default_ladder(supported_types(next(iter(tools.values()))))
-            if skipped:
-                click.echo(f"note: this build lacks {', '.join(skipped)}: not in the ladder", err=True)
-        else:
-            type_list = _csv(types)
-        check_inputs(type_list, need_ppl=not skip_ppl, need_niah=not skip_niah)   # before any work
-        mpath = _model.resolve_model(model_spec)
-        ctx = ctx or QUICK_CTX
-        chunks = chunks or (FULL_CHUNKS if full else QUICK_CHUNKS)
-        if niah_lengths:
-            lengths = _csv(niah_lengths, int)
-        else:
-            lengths = list(_niah.full_lengths(_n_ctx_train(mpath)) if full else _niah.QUICK_LENGTHS)
-        depths = _csv(niah_depths, float) if niah_depths else list(_niah.FULL_DEPTHS if full else _niah.QUICK_DEPTHS)
-    except (ValueError, CacheTypeError, ToolError, _model.AssetError) as e:
-        raise click.ClickException(str(e))
-    out = out or Path("results") / f"eval-{_dt.datetime.now():%Y%m%d-%H%M%S}"
-    if repack is None:
-        repack = backend != "cpu"
-    click.echo(f"turbo-llama eval → {out}  ({'full' if full else 'quick'}: {','.join(type_list)}; ctx {ctx}, "
-               f"{chunks} chunk(s), " + ("no NIAH" if skip_niah else f"NIAH {len(lengths)}×{len(depths)}")
-               + f"; {mpath.name}, {backend}, {threads} threads)",
-               err=True)
-    try:
-        res = run_eval(model_path=mpath, types=type_list, ctx=ctx, chunks=chunks, text=text, haystack=haystack,
-                       niah_lengths=lengths, niah_depths=depths, backend=backend, threads=threads, out=out,
-                       quick=not full, repack=repack, skip_ppl=skip_ppl, skip_niah=skip_niah)
-    except KeyboardInterrupt as e:
-        click.echo(f"\ninterrupted ({e}): the finished part is in {out}/results.md", err=True)
-        raise
-    except (_model.AssetError, ToolError, CacheTypeError) as e:
-        raise click.ClickException(f"{e} (no results written)")
-    click.echo((out / "results.md").read_text())
-    if res.get("errors"):
-        raise click.ClickException("some caches failed: " + "; ".join(f"{t}: {m}" for t, m in res["errors"].items()))
-
-
-def _n_ctx_train(path: Path) -> int:
-    try:
-        import gguf
-        r = gguf.GGUFReader(str(path))
-        arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
-        f = r.fields[f"{arch}.context_length"]
-        return int(f.parts[-1][0])
-    except Exception:  # noqa: BLE001
-        return 32768
-
-
-if __name__ == "__main__":  # pragma: no cover
-    eval_command()
