@@ -154,7 +154,7 @@ if [[ " $PHASES " == *" bench "* ]]; then
     cat "$OUT/bench/bench.md" >> "$OUT/summary.txt" 2>/dev/null || tail -5 "$OUT/bench.txt" >> "$OUT/summary.txt"
     if [ -n "${TL_PAIRS:-}" ]; then
         # mixed K/V pairs (turbo-llama bench runs K = V); the same random GGUF, f16 first as the base of the ratios
-        M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))")
+        M8=$(python3 -c "from turbo_llama.bench.shapes import shape_gguf; from turbo_llama.eval import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))")
         for pair in f16/f16 $TL_PAIRS; do
             if [ "$(el)" -gt "$DEADLINE" ]; then log "deadline: skipping $pair"; continue; fi
             k=${pair%/*}; v=${pair#*/}
@@ -166,7 +166,7 @@ fi
 
 if [[ " $PHASES " == *" slots "* ]]; then
     tl_python; export TURBO_LLAMA_CACHE=$WORK/cache
-    M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))")
+    M8=$(python3 -c "from turbo_llama.bench.shapes import shape_gguf; from turbo_llama.eval import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))")
     for r in $(seq 1 "${TL_SLOT_ROUNDS:-2}"); do
         for t in ${TL_SLOT_TYPES:-f16 turbo3}; do
             if [ "$(el)" -gt "$DEADLINE" ]; then log "deadline: skipping slots $t round $r"; continue; fi
@@ -219,7 +219,7 @@ if [[ " $PHASES " == *" profile "* ]]; then
         # steps of llama-bench on the llama8b random GGUF (CUDA graphs off), ci/ktime.py sums them by kernel name
         if [ -n "${TL_KTIME:-}" ]; then
             tl_python; export TURBO_LLAMA_CACHE=$WORK/cache
-            M8=$(python3 -c "from turbo_llama.shapes import shape_gguf; from turbo_llama import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))")
+            M8=$(python3 -c "from turbo_llama.bench.shapes import shape_gguf; from turbo_llama.eval import model; print(shape_gguf('llama8b', model.cache_root()/'shapes'))")
         fi
         # TL_KTIME_DEPTH (default 0): the steps at that depth; then only the decode attention's kernels are timed
         # (TL_KTIME_KERNELS, a regex), so that the depth's prefill is neither profiled nor counted

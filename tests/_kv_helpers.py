@@ -22,7 +22,7 @@ import numpy as np
 import pytest
 
 import turbo_llama as tl
-from turbo_llama.llama_tools import LlamaServer, free_port, stop_process
+from turbo_llama.eval.llama_tools import LlamaServer, free_port, stop_process
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -164,7 +164,7 @@ def rpc_server(exe: Path, log: Path, threads: int = THREADS):
 
 def recorded_build(llama_tool) -> dict:
     """The record of the installed build (build_dir, build_src, cuda, ...)."""
-    from turbo_llama.build import installed_info
+    from turbo_llama.build.installed import installed_info
     llama_tool("llama-completion")  # skips/fails with the build hint when nothing is built
     info = installed_info()
     assert info and Path(info["build_dir"]).is_dir(), "turbo-llama build left no build record"

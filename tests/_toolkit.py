@@ -9,8 +9,8 @@ from pathlib import Path
 
 import pytest
 
+from turbo_llama.build.source import get_source, load_pin
 from turbo_llama.cachedir import cache_dir, locked
-from turbo_llama.source import get_source, load_pin
 
 
 def pristine_path() -> Path:

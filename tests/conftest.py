@@ -9,7 +9,7 @@ binaries, without the compiled bindings, the model package or a build:
                         llama-perplexity, ggml-rpc-server, ...; ggml-rpc-server may also be named
                         rpc-server); nothing is built or searched elsewhere. When it is set and the
                         package cannot be imported (no compiled extension), `turbo_llama` is made a bare
-                        package over python/turbo_llama, so its pure-Python modules (llama_tools) import.
+                        package over python/turbo_llama, so its pure-Python modules (eval/llama_tools.py, ...) import.
   TURBO_LLAMA_MODEL     the GGUF model file (default: the Gemma 3 270M Q4_K_M from the model package)
   TURBO_LLAMA_JARGON    the perplexity text (default: the Jargon File shipped with the package, unpacked into our cache)
   TURBO_LLAMA_BIBLE     the NIAH haystack text (default: the King James Bible shipped with the package)
@@ -88,7 +88,7 @@ def model_path() -> Path:
     """The default real model (Gemma 3 270M Q4_K_M), assembled and sha256-checked in our cache."""
     if os.environ.get("TURBO_LLAMA_MODEL"):
         return _given("TURBO_LLAMA_MODEL")
-    from turbo_llama import model
+    from turbo_llama.eval import model
     try:
         return model.default_model()
     except model.AssetError as e:
@@ -99,7 +99,7 @@ def model_path() -> Path:
 def jargon_path() -> Path:
     if os.environ.get("TURBO_LLAMA_JARGON"):
         return _given("TURBO_LLAMA_JARGON")
-    from turbo_llama import model
+    from turbo_llama.eval import model
     try:
         return model.jargon_text()
     except model.AssetError as e:
@@ -110,7 +110,7 @@ def jargon_path() -> Path:
 def bible_path() -> Path:
     if os.environ.get("TURBO_LLAMA_BIBLE"):
         return _given("TURBO_LLAMA_BIBLE")
-    from turbo_llama import model
+    from turbo_llama.eval import model
     try:
         return model.bible_text()
     except model.AssetError as e:
@@ -120,7 +120,8 @@ def bible_path() -> Path:
 @pytest.fixture(scope="session")
 def llama_tool():
     """llama_tool("llama-bench") -> Path of the built tool, or skip when it is not built."""
-    from turbo_llama.llama_tools import ToolError, find_tool
+    from turbo_llama.build.installed import find_tool
+    from turbo_llama.errors import ToolError
 
     def get(name: str) -> Path:
         if BIN_DIR:

@@ -8,8 +8,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 
-from turbo_llama.bench import parse_bench_json, render_table, summarize
-from turbo_llama.shapes import SHAPES, Shape, write_random_gguf
+from turbo_llama.bench.run import parse_bench_json, render_table, summarize
+from turbo_llama.bench.shapes import SHAPES, Shape, write_random_gguf
 
 DATA = Path(__file__).parent / "data"
 
@@ -69,7 +69,7 @@ def test_rounds_with_a_drifting_machine_and_a_failing_type(tmp_path, monkeypatch
     is turbo3 against f16 of that round (0.8 x 0.9^(calls between them)), the table gives their median and range;
     a type that fails is reported once and not run again in later rounds."""
     import sys
-    from turbo_llama.bench import run_bench
+    from turbo_llama.bench.run import run_bench
     exe = tmp_path / "bin" / "llama-bench"
     exe.parent.mkdir()
     exe.write_text(FAKE_BENCH.format(python=sys.executable, data=str(DATA / "llama_bench_tiny_f16.json")))
@@ -111,7 +111,7 @@ def test_type_with_an_environment_switch(tmp_path, monkeypatch):
     """--types f16,turbo3,turbo3+FAKE_FAST=1: the variant runs with the switch in its environment only, in the same
     rounds, and its rows keep its own name; malformed specs are refused with the spec in the message."""
     import sys
-    from turbo_llama.bench import parse_type_spec, run_bench
+    from turbo_llama.bench.run import parse_type_spec, run_bench
     assert parse_type_spec("turbo3") == ("turbo3", {})
     assert parse_type_spec("turbo3+TURBO_PDL=1+TURBO_FA_MMA=9") == ("turbo3", {"TURBO_PDL": "1", "TURBO_FA_MMA": "9"})
     for bad in ("turbo3+", "turbo3+TURBO_PDL", "+TURBO_PDL=1", "turbo3+lower=1", "turbo3+A=1+A=2"):
@@ -137,7 +137,7 @@ def test_type_with_an_environment_switch(tmp_path, monkeypatch):
 
 def test_bench_command_refuses_a_malformed_type():
     from click.testing import CliRunner
-    from turbo_llama.bench import bench_command
+    from turbo_llama.bench.cli import bench_command
     r = CliRunner().invoke(bench_command, ["--types", "f16,turbo3+PDL"])
     assert r.exit_code == 2 and "turbo3+PDL" in r.output
 
@@ -145,9 +145,9 @@ def test_bench_command_refuses_a_malformed_type():
 def test_bench_types_with_llama_bench_alone(tmp_path, monkeypatch, capsys):
     """A build of llama-bench alone (its --help lists no cache types) runs unchecked, with a note; with no tool at all
     the error names the fix; a listing tool still refuses a type the build lacks before any run."""
-    from turbo_llama import bench
+    from turbo_llama.bench import run as bench
     from turbo_llama.cache_types import CacheTypeError
-    from turbo_llama.llama_tools import ToolError
+    from turbo_llama.errors import ToolError
     have = {"llama-bench": tmp_path / "llama-bench"}
 
     def fake_find(name):
@@ -193,8 +193,8 @@ def test_random_gguf_reads_back_without_nan(tmp_path):
 def test_tiny_shape_runs_in_llama_bench(tmp_path, llama_tool, monkeypatch):
     """Generate the tiny GGUF and run llama-bench on it for f16 and turbo3 in two rounds (parsing and the
     round bookkeeping only, no timing threshold)."""
-    from turbo_llama.bench import run_bench
-    from turbo_llama.shapes import shape_gguf
+    from turbo_llama.bench.run import run_bench
+    from turbo_llama.bench.shapes import shape_gguf
     llama_tool("llama-bench")
     gg = shape_gguf("tiny", tmp_path)
     res = run_bench(model_path=gg, random_shape="tiny", types=["f16", "turbo3"], depths=[0, 64], p=32, n=8,

@@ -13,10 +13,11 @@ from pathlib import Path
 import pytest
 
 from _toolkit import mount_tmpfs, run_cli, umount
-from turbo_llama import build as B
+from turbo_llama.build import tools as B
+from turbo_llama.build.installed import find_tool
+from turbo_llama.build.source import load_pin
 from turbo_llama.cachedir import cache_dir
 from turbo_llama.errors import ToolkitError
-from turbo_llama.source import load_pin
 
 pytestmark = pytest.mark.slow
 
@@ -37,7 +38,7 @@ def test_build_produces_self_contained_tools(built):
 
 def test_version_reports_the_pin(built):
     pin = load_pin()
-    r = subprocess.run([str(B.find_tool("llama-completion")), "--version"], text=True,
+    r = subprocess.run([str(find_tool("llama-completion")), "--version"], text=True,
                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, timeout=60)
     assert r.returncode == 0, r.stdout
     assert f"build {pin.build_number}" in r.stdout and f"commit {pin.short}" in r.stdout, r.stdout
@@ -57,9 +58,9 @@ def test_installed_json_and_find_tool(built):
     assert info["pin"] == pin.commit and info["cuda"] is False
     assert info["patches"] == built.prepared.patches
     assert set(B.TARGETS) <= set(info["binaries"])
-    assert B.find_tool("llama-perplexity") == Path(info["installed"]["llama-perplexity"])
+    assert find_tool("llama-perplexity") == Path(info["installed"]["llama-perplexity"])
     with pytest.raises(ToolkitError, match="turbo-llama build"):
-        B.find_tool("llama-no-such-tool")
+        find_tool("llama-no-such-tool")
     r = run_cli("info")
     assert r.returncode == 0 and pin.commit in r.stdout and "cuda:      no" in r.stdout
 
@@ -115,7 +116,7 @@ def test_disk_full_during_build_is_a_clear_error(built, tmp_path):
     finally:
         umount(mnt)
     # the real build is unharmed
-    assert B.find_tool("llama-completion").is_file()
+    assert find_tool("llama-completion").is_file()
 
 
 def test_sync_tree_touches_only_changed_files(tmp_path):

@@ -8,8 +8,8 @@ from pathlib import Path
 
 import pytest
 
-from turbo_llama import niah
-from turbo_llama.llama_tools import (UnsupportedCacheType, check_unsupported, parse_kv_cache,
+from turbo_llama.eval import niah
+from turbo_llama.eval.llama_tools import (UnsupportedCacheType, check_unsupported, parse_kv_cache,
                                      parse_perplexity)
 
 DATA = Path(__file__).parent / "data"
@@ -150,7 +150,7 @@ def _fake_results() -> dict:
 
 
 def test_markdown_table(tmp_path):
-    from turbo_llama.eval import render_markdown
+    from turbo_llama.eval.report import render_markdown
     md = render_markdown(_fake_results())
     rows = {l.split("|")[1].strip(): l for l in md.splitlines() if l.startswith("| ")}
     assert "10.1000 ± 0.5000" in rows["q8_0"] and "1.0100" in rows["q8_0"] and "3/4" in rows["q8_0"]
@@ -159,7 +159,7 @@ def test_markdown_table(tmp_path):
 
 
 def test_plots_written(tmp_path):
-    from turbo_llama import plots
+    from turbo_llama.eval import plots
     res = _fake_results()
     for f in (plots.niah_png(res, tmp_path / "niah.png"), plots.kld_png(res, tmp_path / "kld.png")):
         assert f is not None and f.read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
@@ -178,7 +178,7 @@ def test_niah_run_order_needle_furthest_first():
 
 
 def test_markdown_warns_when_f16_misses_needles():
-    from turbo_llama.eval import render_markdown
+    from turbo_llama.eval.report import render_markdown
     res = _fake_results()
     res["niah_results"]["f16"] = {"1024@0.1": False, "1024@0.9": False, "2048@0.1": True, "2048@0.9": False}
     assert "warning: the f16 baseline found only 1/4" in render_markdown(res)

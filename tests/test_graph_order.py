@@ -27,7 +27,7 @@ def graph_order(llama_tool, tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tiny_model(tmp_path_factory):
-    from turbo_llama.shapes import shape_gguf
+    from turbo_llama.bench.shapes import shape_gguf
     return shape_gguf("tiny", tmp_path_factory.mktemp("shapes"))   # random weights, Llama layout
 
 

@@ -27,7 +27,8 @@ TYPES_64 = ("turbo3_64", "turbo2_64", "turbo4_64")
 @pytest.fixture(scope="session")
 def smollm2_path() -> Path:
     """SmolLM2-135M-Instruct Q4_1 (llama architecture, head_dim 64, 3 KV heads), sha256-checked, in the cache."""
-    from turbo_llama.model import cache_root, sha256_file as sha256
+    from turbo_llama.eval.model import cache_root
+    from turbo_llama.util import sha256_file as sha256
     target = cache_root() / "models" / "SmolLM2-135M-Instruct.Q4_1.gguf"
     if target.is_file() and sha256(target) == SMOL_SHA256:
         return target

@@ -2,7 +2,7 @@
 with zeros to 128 values, so the hd-128 blocks and kernels serve them.
 
 The first tests use the bindings. No real hd-80/96 GGUF is reachable here, so the llama tests run small
-llama-architecture models with RANDOM Q4_0 weights (turbo_llama.shapes) made in the test: what they check are
+llama-architecture models with RANDOM Q4_0 weights (turbo_llama.bench.shapes) made in the test: what they check are
 properties (KLD finite and growing with the codebooks' error, the bytes, state files, context shift, the
 refusals), never model quality."""
 import math
@@ -14,7 +14,7 @@ import numpy as np
 import pytest
 
 import turbo_llama as tl
-from turbo_llama.llama_tools import parse_perplexity
+from turbo_llama.eval.llama_tools import parse_perplexity
 from _kv_helpers import complete, first_divergence, request, server, tail
 
 TYPES = ("turbo4", "turbo3", "turbo2")
@@ -44,7 +44,7 @@ def test_padded_head_has_the_d128_distortion(hd, t):
 
 # ------------------------------------------------------------------------------------ llama, synthetic models
 def shape(hd: int):
-    from turbo_llama.shapes import Shape
+    from turbo_llama.bench.shapes import Shape
     # 8 query heads, 2 KV heads (GQA 4), two layers: Phi-2/Phi-3-like heads in a model that runs in seconds
     return Shape(f"hd{hd}", n_layer=2, n_embd=8 * hd, n_head=8, n_head_kv=2, head_dim=hd, n_ff=1024, n_vocab=512,
                  n_ctx_train=16384, rope_theta=10000.0, note=f"head_dim {hd} test model")
@@ -53,7 +53,7 @@ def shape(hd: int):
 @pytest.fixture(scope="module")
 def hd_model(tmp_path_factory):
     pytest.importorskip("gguf")
-    from turbo_llama.shapes import write_random_gguf
+    from turbo_llama.bench.shapes import write_random_gguf
     d = tmp_path_factory.mktemp("hd-models")
     cache = {}
 
@@ -83,7 +83,7 @@ def perplexity(tool, model, text, ctk, ctv, base, tmp_path) -> tuple[dict, str]:
     """llama-perplexity, 4 chunks of 512, as `turbo-llama eval` runs it: the f16 pair writes the KLD base, the others
     compare with it. (Runs of half a second used to lose their last log lines at exit, 1 in ~10: patch 0045 flushes
     the log before the tool returns, so a lost result here is a failure.)"""
-    from turbo_llama.perplexity import ppl_command, run_ppl
+    from turbo_llama.eval.perplexity import ppl_command, run_ppl
     cmd = ppl_command(tool, model, text, f"{ctk}/{ctv}", 512, 4, base, (ctk, ctv) == ("f16", "f16"), ["-t", "2"])
     log = tmp_path / f"{ctk}-{ctv}.log"
     r = run_ppl(cmd, log, f"{ctk}/{ctv}", timeout=600)

@@ -9,7 +9,7 @@ import pytest
 
 from _toolkit import copy_tree, git, pristine_path, run_cli, sdist_path
 from turbo_llama.errors import ToolkitError
-from turbo_llama.source import fetch_sdist, load_pin, tree_hash, verify_llama_src
+from turbo_llama.build.source import fetch_sdist, load_pin, tree_hash, verify_llama_src
 
 
 def test_pin_file_is_complete():
@@ -129,7 +129,7 @@ def test_not_a_llama_tree_is_refused(tmp_path):
 
 def test_no_network_fallback_fails_clearly(tmp_path, monkeypatch):
     """No sdist in the cache and no network: the message names every source tried."""
-    from turbo_llama import source
+    from turbo_llama.build import source
     monkeypatch.setattr(source, "fetch_sdist",
                         lambda pin, root: (_ for _ in ()).throw(source._SdistUnavailable("pip: offline")))
     pin = load_pin()

@@ -14,9 +14,9 @@ import pytest
 
 from _toolkit import copy_tree, git, mount_tmpfs, pristine_path, run_cli, seed_cache, umount
 from turbo_llama.errors import ToolkitError
-from turbo_llama.prepare import (PatchError, build_tree, check_patches, inputs_key, prepare,
+from turbo_llama.build.prepare import (PatchError, build_tree, check_patches, inputs_key, prepare,
                                  write_tarball)
-from turbo_llama.source import (Source, data_root, load_pin, overlay_entries, series_patches,
+from turbo_llama.build.source import (Source, data_root, load_pin, overlay_entries, series_patches,
                                 tree_hash)
 
 

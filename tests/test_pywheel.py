@@ -18,10 +18,10 @@ import zipfile
 import pytest
 
 from _toolkit import run_cli
-from turbo_llama import pywheel as W
-from turbo_llama.build import BuildOptions
+from turbo_llama.build import pywheel as W
+from turbo_llama.build.tools import BuildOptions
 from turbo_llama.ggml_types import ggml_header, ggml_types
-from turbo_llama.llama_tools import parse_kv_cache
+from turbo_llama.eval.llama_tools import parse_kv_cache
 
 pytestmark = pytest.mark.slow
 

@@ -7,10 +7,10 @@ import re
 
 import pytest
 
-from turbo_llama import pywheel as W
-from turbo_llama.build import BuildOptions, cmake_args
+from turbo_llama.build import pywheel as W
+from turbo_llama.build.source import load_pin
+from turbo_llama.build.tools import BuildOptions, cmake_args
 from turbo_llama.ggml_types import kv_type, parse_ggml_types
-from turbo_llama.source import load_pin
 
 HEADER = """
     // NOTE: always add types at the end of the enum to keep backward compatibility

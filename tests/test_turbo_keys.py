@@ -19,7 +19,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 from _kv_helpers import GPU, link_llama_program
-from turbo_llama.llama_tools import parse_perplexity
+from turbo_llama.eval.llama_tools import parse_perplexity
 
 pytestmark = pytest.mark.slow
 

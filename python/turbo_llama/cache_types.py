@@ -12,6 +12,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from .build.installed import find_tool
+
 # bits per stored value of each ggml KV-cache type (block scales included)
 BITS_PER_VALUE = {"f32": 32.0, "f16": 16.0, "bf16": 16.0, "q8_0": 8.5, "q5_1": 6.0, "q5_0": 5.5,
                   "q4_1": 5.0, "q4_0": 4.5, "iq4_nl": 4.5, "turbo4": 4.125, "turbo3": 3.125, "turbo2": 2.125}
@@ -120,6 +122,5 @@ def default_ladder(supported: list[str]) -> tuple[list[str], list[str]]:
 
 def qwen_check_types(exe: Path | None = None) -> str:
     """CI's short Qwen check (#28): f16, turbo3, and turbo4 where the build has it."""
-    from .llama_tools import find_tool
     supported = supported_types(exe or find_tool("llama-perplexity"))
     return ",".join(t for t in ("f16", "turbo3", "turbo4") if t in supported)

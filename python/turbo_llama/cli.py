@@ -1,10 +1,11 @@
 """The turbo-llama command.
 
-Commands live in their own modules; this file only registers them, lazily (a module is imported
-when its command runs or help is shown), so one broken module never breaks the others.
+Commands live in their packages' cli modules (build/cli.py, eval/cli.py, bench/cli.py) and in info.py;
+this file only registers them, lazily (a module is imported when its command runs or help is shown), so
+one broken module never breaks the others.
 
 To add a command: write a click command in your module, then add one line to COMMANDS below:
-    "name": "turbo_llama.<module>:<click command object>",
+    "name": "turbo_llama.<package>.cli:<click command object>",
 (or, eagerly: ``from turbo_llama.cli import main; main.add_command(cmd)``).
 """
 import importlib
@@ -12,12 +13,12 @@ import importlib
 import click
 
 COMMANDS = {
-    "build": "turbo_llama.build:build_command",
-    "prepare": "turbo_llama.prepare:prepare_command",
-    "patches": "turbo_llama.prepare:patches_group",
-    "info": "turbo_llama.build:info_command",
-    "eval": "turbo_llama.eval:eval_command",      # provided by eval.py (the eval helper)
-    "bench": "turbo_llama.bench:bench_command",   # provided by bench.py (the eval helper)
+    "build": "turbo_llama.build.cli:build_command",
+    "prepare": "turbo_llama.build.cli:prepare_command",
+    "patches": "turbo_llama.build.cli:patches_group",
+    "info": "turbo_llama.info:info_command",
+    "eval": "turbo_llama.eval.cli:eval_command",
+    "bench": "turbo_llama.bench.cli:bench_command",
 }
 
 

@@ -1,4 +1,4 @@
-"""The one error type of the toolkit: a message a person can act on (no traceback)."""
+"""The toolkit's error types: a message a person can act on (no traceback)."""
 import click
 
 
@@ -10,3 +10,15 @@ class ToolkitError(click.ClickException):
     """
 
     exit_code = 1
+
+
+class ToolError(RuntimeError):
+    """A built llama.cpp tool is missing or failed (the eval and bench catch it per run)."""
+
+
+class ToolNotFound(ToolError, ToolkitError):
+    """A built llama.cpp tool that is not there: a ToolError to the eval and bench, a ToolkitError
+    (``Error: <message>``, exit 1) to the build commands."""
+
+    def __init__(self, message: str):
+        ToolkitError.__init__(self, message)

@@ -14,6 +14,7 @@ import re
 from functools import lru_cache
 from pathlib import Path
 
+from .build.installed import installed_info
 from .errors import ToolkitError
 
 _ENUM = re.compile(r"enum\s+ggml_type\s*\{(.*?)\};", re.S)
@@ -43,7 +44,6 @@ def header_candidates() -> list[Path]:
     if spec is not None and spec.submodule_search_locations:
         for d in spec.submodule_search_locations:
             out.append(Path(d) / "include" / "ggml.h")
-    from .build import installed_info
     info = installed_info()
     if info and info.get("build_src"):
         out.append(Path(info["build_src"]) / "ggml" / "include" / "ggml.h")

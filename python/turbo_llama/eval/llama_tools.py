@@ -1,19 +1,16 @@
 """Running the built llama.cpp tools and reading what they print.
 
-find_tool():  locate a built binary (turbo_llama.build.find_tool when the build toolkit provides it,
-              else $TURBO_LLAMA_BIN_DIR, else PATH).
 parse_*():    parsers of llama-perplexity / llama_kv_cache output (tested on captured real output).
 LlamaServer:  llama-server on a free 127.0.0.1 port, in its own process group (processes.py), always
               shut down (try/finally, terminate, kill).
 tool_reason(): the lines of a tool's log that say why it failed.
+(The binaries themselves are found by build/installed.py's find_tool; a tool's failure is an errors.ToolError.)
 """
 from __future__ import annotations
 
 import json
 import math
-import os
 import re
-import shutil
 import socket
 import subprocess
 import time
@@ -22,36 +19,12 @@ import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from ..errors import ToolError
 from . import processes
-from .cache_types import BITS_PER_VALUE, BENCH_TYPES as DEFAULT_TYPES  # noqa: F401 (their home: cache_types)
-
-
-class ToolError(RuntimeError):
-    pass
 
 
 class UnsupportedCacheType(ToolError):
     """The built binary does not know this KV-cache type (e.g. a stock build asked for turbo3)."""
-
-
-def find_tool(name: str) -> Path:
-    """Path of a built llama.cpp tool (llama-perplexity, llama-server, llama-bench, ...).
-
-    $TURBO_LLAMA_BIN_DIR (explicit override) > turbo_llama.build.find_tool (installed.json, PATH)
-    > PATH."""
-    d = os.environ.get("TURBO_LLAMA_BIN_DIR")
-    if d and (Path(d) / name).is_file():
-        return Path(d) / name
-    try:
-        from turbo_llama.build import find_tool as _find  # the build toolkit's locator
-        return Path(_find(name))
-    except Exception:  # noqa: BLE001 - not there yet, or it did not find it: our own search
-        pass
-    w = shutil.which(name)
-    if w:
-        return Path(w)
-    raise ToolError(f"{name} not found: build it with `turbo-llama build` "
-                    f"(or set TURBO_LLAMA_BIN_DIR to a llama.cpp build/bin)")
 
 
 _UNSUPPORTED = re.compile(r"(Unsupported cache type|unknown cache type|invalid cache type|"

@@ -5,9 +5,9 @@ import json
 import sys
 from pathlib import Path
 
+from ..cache_types import bits_per_value
 from . import niah as _niah
 from . import plots
-from .cache_types import bits_per_value
 from .llama_tools import finite
 
 

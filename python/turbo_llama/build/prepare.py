@@ -18,18 +18,15 @@ import json
 import os
 import re
 import shutil
-import stat
-import subprocess
-import sys
 import tarfile
 import tempfile
 import time
 from pathlib import Path
 
-from .cachedir import cache_dir, disk_full_error, locked
-from .errors import ToolkitError
-from .source import (EXCLUDE_TOP, Pin, Source, _is_build_dir, data_root, get_source, load_pin,
-                     overlay_entries, series_patches)
+from ..cachedir import cache_dir, disk_full_error, locked
+from ..errors import ToolkitError
+from ..util import git, rmtree, say
+from .source import Pin, Source, get_source, load_pin, overlay_entries, series_patches, source_files
 
 PREPARE_FORMAT = 1           # bump when the layout of a prepared tree changes
 KEEP_PREPARED = 3            # prepared trees kept in the cache (newest first)
@@ -92,24 +89,6 @@ def _walk_files(src: Path):
 
 # ---------------------------------------------------------------- copying
 
-def _source_files(src: Source) -> list[str]:
-    if src.files is not None:
-        return sorted(src.files)
-    out = []
-    for dirpath, dirnames, filenames in os.walk(src.path):
-        rel = os.path.relpath(dirpath, src.path)
-        if rel == ".":
-            dirnames[:] = [d for d in dirnames if d not in EXCLUDE_TOP and not _is_build_dir(d)]  # dirs only
-            filenames = [f for f in filenames if f not in EXCLUDE_TOP]
-        for d in list(dirnames):  # symlinks to dirs are files for git
-            if os.path.islink(os.path.join(dirpath, d)):
-                filenames.append(d)
-                dirnames.remove(d)
-        for f in filenames:
-            out.append(f if rel == "." else os.path.join(rel, f))
-    return sorted(out)
-
-
 def copy_files(src_root: Path, names: list[str], dst_root: Path, skip_top: set[str] = frozenset()):
     for name in names:
         if name.split("/", 1)[0] in skip_top:
@@ -122,15 +101,12 @@ def copy_files(src_root: Path, names: list[str], dst_root: Path, skip_top: set[s
             shutil.copy2(s, d)
 
 
-def _git(tree: Path, *args, check=True) -> subprocess.CompletedProcess:
+def git_env() -> dict:
+    """git's environment in a prepared tree: the fixed identity and dates (GIT_ID), no GIT_DIR & co."""
     env = {**os.environ, **GIT_ID}
     for k in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE"):
         env.pop(k, None)
-    r = subprocess.run(["git", "-C", str(tree), *args], env=env, text=True,
-                       stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    if check and r.returncode != 0:
-        raise ToolkitError(f"git {' '.join(args)} failed in {tree}:\n{(r.stderr or r.stdout).strip()}")
-    return r
+    return env
 
 
 _FAIL_PATTERNS = [re.compile(r"error: patch failed: (.+?):\d+"),
@@ -151,43 +127,44 @@ def _failed_files(output: str) -> list[str]:
 
 def apply_patch(tree: Path, patch: Path) -> None:
     """`git am` one patch (no 3-way, no fuzz); on failure abort and raise PatchError."""
-    r = _git(tree, "am", "--no-3way", "--keep-cr", "--whitespace=nowarn", str(patch), check=False)
+    r = git("am", "--no-3way", "--keep-cr", "--whitespace=nowarn", str(patch), cwd=tree, env=git_env(),
+            check=False)
     if r.returncode != 0:
         out = (r.stdout + r.stderr).strip()
-        _git(tree, "am", "--abort", check=False)
+        git("am", "--abort", cwd=tree, env=git_env(), check=False)
         if "Patch is empty" in out or "does not look like" in out:
             raise PatchError(patch, [], f"{patch.name} is not a git format-patch mail:\n{out}")
         raise PatchError(patch, _failed_files(out), out)
 
 
 def init_repo(tree: Path, message: str, tag: str) -> None:
-    _git(tree, "init", "-q", "-b", "main")
+    git("init", "-q", "-b", "main", cwd=tree, env=git_env())
     for k, v in (("core.autocrlf", "false"), ("core.fileMode", "true"), ("gc.auto", "0"),
                  ("core.looseCompression", "1"), ("am.threeWay", "false"),
                  ("user.name", "turbo-llama"), ("user.email", "turbo-llama@localhost")):
-        _git(tree, "config", k, v)
+        git("config", k, v, cwd=tree, env=git_env())
     commit_all(tree, message, tag)
 
 
 def commit_all(tree: Path, message: str, tag: str) -> None:
-    _git(tree, "add", "-A", "-f")
-    _git(tree, "commit", "-q", "--allow-empty", "--no-verify", "-m", message)
-    _git(tree, "tag", "-f", tag)
+    git("add", "-A", "-f", cwd=tree, env=git_env())
+    git("commit", "-q", "--allow-empty", "--no-verify", "-m", message, cwd=tree, env=git_env())
+    git("tag", "-f", tag, cwd=tree, env=git_env())
 
 
 def build_tree(source: Source, dest: Path, pin: Pin, patches: list[Path],
                overlay: list[tuple[Path, str]], progress=None) -> None:
     """Create the prepared tree at `dest` (which must not exist). Raises PatchError."""
-    say = progress or (lambda msg: None)
+    note = progress or (lambda msg: None)
     dest.mkdir(parents=True)
-    say(f"copy upstream {pin.label} from {source.origin}")
-    copy_files(source.path, _source_files(source), dest)
-    say("commit pristine")
+    note(f"copy upstream {pin.label} from {source.origin}")
+    copy_files(source.path, source_files(source), dest)
+    note("commit pristine")
     init_repo(dest, f"pristine llama.cpp {pin.label}\n\nupstream commit {pin.commit}\n", "pristine")
-    tree = _git(dest, "rev-parse", "HEAD^{tree}").stdout.strip()
+    tree = git("rev-parse", "HEAD^{tree}", cwd=dest, env=git_env()).stdout.strip()
     if tree != pin.tree:
         raise ToolkitError(f"the copied upstream tree hashes to {tree}, not the pinned {pin.tree}")
-    say(f"overlay {len(overlay)} path(s)")
+    note(f"overlay {len(overlay)} path(s)")
     for src, dst in overlay:
         for rel, f in _walk_files(src):
             d = dest / dst / rel if rel else dest / dst
@@ -195,30 +172,15 @@ def build_tree(source: Source, dest: Path, pin: Pin, patches: list[Path],
             shutil.copy2(f, d)
     commit_all(dest, "overlay: turbo-llama sources (cpu_ref/, cuda/)\n", "overlay")
     for i, p in enumerate(patches, 1):
-        say(f"apply {i}/{len(patches)} {p.name}")
+        note(f"apply {i}/{len(patches)} {p.name}")
         apply_patch(dest, p)
 
 
 # ---------------------------------------------------------------- prepare (cached)
 
-def _say(msg: str):
-    print(f"turbo-llama: {msg}", file=sys.stderr, flush=True)
-
-
 def _make_tmp(parent: Path, prefix: str) -> Path:
     parent.mkdir(parents=True, exist_ok=True)
     return Path(tempfile.mkdtemp(prefix=prefix, dir=parent))
-
-
-def _rmtree(p: Path):
-    if p.exists() or p.is_symlink():
-        def onerror(func, path, exc):  # make read-only files removable
-            try:
-                os.chmod(path, stat.S_IWUSR | stat.S_IRUSR | stat.S_IXUSR)
-                func(path)
-            except OSError:
-                pass
-        shutil.rmtree(p, onerror=onerror)
 
 
 def read_stamp(tree: Path) -> dict | None:
@@ -234,7 +196,7 @@ def prepare(llama_src: Path | str | None = None, quiet: bool = False, _locked: b
     if not _locked:
         with locked(root):
             return prepare(llama_src, quiet, _locked=True)
-    say = (lambda m: None) if quiet else _say
+    note = (lambda m: None) if quiet else say
     pin = load_pin()
     patches = series_patches(pin)
     overlay = overlay_entries(pin)
@@ -246,31 +208,32 @@ def prepare(llama_src: Path | str | None = None, quiet: bool = False, _locked: b
         if llama_src:  # still verify what the user handed us, so a wrong dir is never silently ignored
             src = get_source(llama_src, pin, root)
         os.utime(final)  # newest first when pruning
-        say(f"prepared tree {key} is up to date ({final})")
+        note(f"prepared tree {key} is up to date ({final})")
         return Prepared(final, key, src, stamp["patches"], stamp["overlay"], reused=True)
 
-    say(f"[prepare] fetch and verify llama.cpp {pin.label}")
+    note(f"[prepare] fetch and verify llama.cpp {pin.label}")
     src = get_source(llama_src, pin, root)
     tmp = _make_tmp(final.parent, f".{key}-")
     try:
-        build_tree(src, tmp / "t", pin, patches, overlay, progress=lambda m: say(f"[prepare] {m}"))
+        build_tree(src, tmp / "t", pin, patches, overlay, progress=lambda m: note(f"[prepare] {m}"))
         st = {"key": key, "format": PREPARE_FORMAT, "pin": pin.commit, "build_number": pin.build_number,
               "series": pin.series, "origin": src.origin, "source": src.detail,
               "source_path": str(src.path), "patches": [p.name for p in patches],
-              "overlay": [dst for _, dst in overlay], "head": _git(tmp / "t", "rev-parse", "HEAD").stdout.strip(),
+              "overlay": [dst for _, dst in overlay],
+              "head": git("rev-parse", "HEAD", cwd=tmp / "t", env=git_env()).stdout.strip(),
               "time": time.strftime("%Y-%m-%dT%H:%M:%S%z")}
         (tmp / "t" / ".git" / STAMP).write_text(json.dumps(st, indent=1))
-        _rmtree(final)  # an incomplete leftover (no stamp) from an older killed run
+        rmtree(final)  # an incomplete leftover (no stamp) from an older killed run
         os.replace(tmp / "t", final)
     except BaseException as e:
-        _rmtree(tmp)
+        rmtree(tmp)
         err = disk_full_error(e, final)
         if err:
             raise err from e
         raise
-    _rmtree(tmp)
+    rmtree(tmp)
     _prune(final.parent, keep=final)
-    say(f"prepared tree {key}: {len(patches)} patch(es), {len(overlay)} overlay path(s) -> {final}")
+    note(f"prepared tree {key}: {len(patches)} patch(es), {len(overlay)} overlay path(s) -> {final}")
     return Prepared(final, key, src, [p.name for p in patches], [dst for _, dst in overlay])
 
 
@@ -279,9 +242,9 @@ def _prune(parent: Path, keep: Path):
                    key=lambda p: p.stat().st_mtime, reverse=True)
     for p in trees[KEEP_PREPARED:]:
         if p != keep:
-            _rmtree(p)
+            rmtree(p)
     for p in parent.glob(".*"):  # temp dirs of killed runs (we hold the lock, so none is live)
-        _rmtree(p)
+        rmtree(p)
 
 
 # ---------------------------------------------------------------- export
@@ -295,7 +258,7 @@ def export_tree(prep: Prepared, out: Path) -> Path:
             raise ToolkitError(f"--out {out} exists and is not a turbo-llama prepared tree; "
                                f"remove it or choose another directory")
         if st and st.get("key") == prep.key:
-            _say(f"{out} is already the prepared tree {prep.key}")
+            say(f"{out} is already the prepared tree {prep.key}")
             return out
     tmp = _make_tmp(out.parent, f".{out.name}-")
     try:
@@ -306,14 +269,14 @@ def export_tree(prep: Prepared, out: Path) -> Path:
             os.replace(out, old)
         os.replace(tmp / "t", out)
         if old:
-            _rmtree(old)
+            rmtree(old)
     except BaseException as e:
         err = disk_full_error(e, out)
         if err:
             raise err from e
         raise
     finally:
-        _rmtree(tmp)
+        rmtree(tmp)
     return out
 
 
@@ -332,7 +295,7 @@ def write_tarball(prep: Prepared, out: Path, pin: Pin | None = None) -> Path:
     if out.suffix not in (".gz", ".tgz"):
         out = out.with_name(out.name + ".tar.gz") if out.suffix != ".tar" else out.with_suffix(".tar.gz")
     top = f"llama.cpp-b{pin.build_number}-turbo-{prep.key}"
-    names = [n for n in _source_files(Source(prep.path, "prepared", "")) if n.split("/", 1)[0] not in TARBALL_SKIP]
+    names = [n for n in source_files(Source(prep.path, "prepared", "")) if n.split("/", 1)[0] not in TARBALL_SKIP]
     info = {"key": prep.key, "pin": pin.commit, "build_number": pin.build_number,
             "patches": prep.patches, "overlay": prep.overlay,
             "cmake_args": [f"-DLLAMA_BUILD_NUMBER={pin.build_number}", f"-DLLAMA_BUILD_COMMIT={pin.short}"],
@@ -396,49 +359,3 @@ def check_patches(llama_src: Path | str | None = None, patches: list[Path] | Non
                 results.append(CheckResult(p.name, "FAILED",
                                            f"file: {', '.join(e.files) or '?'}\n{e.detail}"))
     return not failed, results
-
-
-# ---------------------------------------------------------------- commands
-
-import click  # noqa: E402
-
-
-@click.command("prepare")
-@click.option("--llama-src", type=click.Path(path_type=Path), default=None,
-              help="Use this llama.cpp tree (must be the pinned commit) instead of downloading it.")
-@click.option("--out", type=click.Path(path_type=Path), default=None,
-              help="Also export the prepared tree (a git repo: tags pristine, overlay) to DIR.")
-@click.option("--tarball", type=click.Path(path_type=Path), default=None,
-              help="Also write FILE.tar.gz: the prepared tree without .git, docs/, models/, media/.")
-def prepare_command(llama_src, out, tarball):
-    """Make the patched llama.cpp tree (pristine + overlay + patch series)."""
-    prep = prepare(llama_src)
-    click.echo(f"prepared tree: {prep.path} ({len(prep.patches)} patches, key {prep.key})")
-    if out:
-        click.echo(f"exported: {export_tree(prep, out)}")
-    if tarball:
-        t = write_tarball(prep, tarball)
-        click.echo(f"tarball: {t} ({t.stat().st_size / 2**20:.1f} MiB)")
-
-
-@click.group("patches")
-def patches_group():
-    """Work with the patch series."""
-
-
-@patches_group.command("check")
-@click.option("--llama-src", type=click.Path(path_type=Path), default=None,
-              help="Check against this llama.cpp tree (must be the pinned commit).")
-def patches_check_command(llama_src):
-    """Apply overlay + series to a scratch copy of the pin; report per patch (no fuzz, no 3-way)."""
-    pin = load_pin()
-    ok, results = check_patches(llama_src)
-    click.echo(f"llama.cpp {pin.label}, series {pin.series}: {len(results)} patch(es)")
-    for r in results:
-        click.echo(f"  {r.status:9s} {r.patch}")
-        if r.status == "FAILED":
-            for line in r.detail.splitlines():
-                click.echo(f"            {line}")
-    if not ok:
-        raise ToolkitError("the patch series does not apply cleanly to the pin")
-    click.echo("all patches apply cleanly")

@@ -12,9 +12,10 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from ..cache_types import parse_cache
+from ..errors import ToolError
 from . import niah as _niah
-from .cache_types import parse_cache
-from .llama_tools import LlamaServer, ToolError, UnsupportedCacheType, check_unsupported, parse_kv_cache, tool_reason
+from .llama_tools import LlamaServer, UnsupportedCacheType, check_unsupported, parse_kv_cache, tool_reason
 from .perplexity import log_name
 from .progress import START_UNITS, WorkBar, cell_units, planned_cells
 

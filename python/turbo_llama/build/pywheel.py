@@ -9,7 +9,7 @@ its vendor/llama.cpp is exactly the pinned upstream tree. The wheel is built fro
     <cache>/python/src/<sdist dir>/vendor/llama.cpp the prepared tree `turbo-llama build` compiles
 
 by `pip wheel` (scikit-build-core; pip fetches the build requirements from PyPI), with the CPU/CUDA
-options of `turbo-llama build` (build.cmake_args), ccache as compiler launcher and the CMake build
+options of `turbo-llama build` (tools.cmake_args), ccache as compiler launcher and the CMake build
 dir kept in <cache>/python/build/<variant>. Both trees are content-synced (unchanged files keep their
 mtime), so a changed patch recompiles only what it touches. llama-cpp-python loads shared libraries
 (libllama.so, libggml*.so): its CMakeLists.txt sets BUILD_SHARED_LIBS itself, so the objects are
@@ -35,12 +35,12 @@ import tempfile
 import time
 from pathlib import Path
 
-from .build import (BuildOptions, _say, _sigterm_as_exit, _tail, _write_json_atomic, cmake_args,
-                    find_cmake, find_ninja, nvcc_for, sync_tree)
-from .cachedir import cache_dir, disk_full_error, locked
-from .errors import ToolkitError
-from .prepare import PatchError, Prepared, _rmtree, _source_files, apply_patch, init_repo, prepare
-from .source import Pin, Source, data_root, extract_under, fetch_sdist, load_pin, read_list
+from ..cachedir import cache_dir, disk_full_error, locked
+from ..errors import ToolkitError
+from ..util import rmtree, say, sigterm_as_exit, tail, write_json_atomic
+from .prepare import PatchError, Prepared, apply_patch, init_repo, prepare
+from .source import Pin, Source, data_root, extract_under, fetch_sdist, load_pin, read_list, source_files
+from .tools import BuildOptions, cmake_args, find_cmake, find_ninja, nvcc_for, sync_tree
 
 PYWHEEL_FORMAT = 1       # bump when the staging or the build of the wheel changes
 KEEP_WHEELS = 2          # wheels kept per variant (newest first)
@@ -180,8 +180,8 @@ def set_version(tree: Path, pin: Pin, version: str) -> None:
 # ---------------------------------------------------------------- staging
 
 def sync_python_files(src: Path, dst: Path) -> int:
-    """Like build.sync_tree, for the sdist's own files: dst/vendor/llama.cpp is left alone."""
-    names = _source_files(Source(src, "python", ""))
+    """Like tools.sync_tree, for the sdist's own files: dst/vendor/llama.cpp is left alone."""
+    names = source_files(Source(src, "python", ""))
     want = set(names)
     changed = 0
     for n in names:
@@ -203,7 +203,7 @@ def sync_python_files(src: Path, dst: Path) -> int:
     if dst.is_dir():
         # (the sdist's CMakeLists.txt also installs the libraries into llama_cpp/lib/ of the source
         # tree; they are outputs, made again by every build, so they go like any file not in `src`)
-        for n in _source_files(Source(dst, "python-stage", "")):
+        for n in source_files(Source(dst, "python-stage", "")):
             if n not in want and not n.startswith(VENDOR + "/"):
                 (dst / n).unlink()
                 changed += 1
@@ -273,7 +273,7 @@ def _run_pip_wheel(cmd: list[str], log: Path, env: dict, progress: bool) -> int:
                     pct = 100 * n // max(total, 1)
                     if pct // 10 > last:
                         last = pct // 10
-                        _say(f"  wheel build: {n}/{total} ({pct}%)")
+                        say(f"  wheel build: {n}/{total} ({pct}%)")
             return proc.wait()
         except BaseException:
             proc.terminate()
@@ -291,7 +291,7 @@ def build_wheel(opts: BuildOptions | None = None, wheel_dir: Path | None = None,
     opts = opts or BuildOptions()
     nvcc = nvcc_for(opts)
     root = cache_dir()
-    with locked(root), _sigterm_as_exit():
+    with locked(root), sigterm_as_exit():
         try:
             res = _build_wheel_locked(opts, root, nvcc)
         except OSError as e:
@@ -311,7 +311,7 @@ def _build_wheel_locked(opts: BuildOptions, root: Path, nvcc: str | None) -> Whe
     pin = load_pin()
     variant = f"cuda-{opts.cuda_arch}" if opts.cuda else "cpu"
     patches = python_patches(pin)
-    _say(f"[1/4 prepare] llama.cpp {pin.label} + patches/{pin.series}; "
+    say(f"[1/4 prepare] llama.cpp {pin.label} + patches/{pin.series}; "
          f"{pin.sdist_name} {pin.sdist_version} + {python_series_dir(pin).name} ({len(patches)} patches)")
     prep = prepare(opts.llama_src, _locked=True)
     defines = wheel_defines(opts, pin, nvcc)
@@ -323,7 +323,7 @@ def _build_wheel_locked(opts: BuildOptions, root: Path, nvcc: str | None) -> Whe
     dist = pin.sdist_name.replace("-", "_")
     cached = sorted(wheels.glob(f"{dist}-{version}-*.whl")) if wheels.is_dir() else []
     if cached:
-        _say(f"[2/4 wheel] {cached[0].name} is up to date: nothing rebuilt")
+        say(f"[2/4 wheel] {cached[0].name} is up to date: nothing rebuilt")
         os.utime(cached[0])
         return WheelResult(cached[0], version, False, 0.0, None, None, None, record)
 
@@ -334,7 +334,7 @@ def _build_wheel_locked(opts: BuildOptions, root: Path, nvcc: str | None) -> Whe
     log = build_dir / "turbo-wheel.log"
     log.write_text(f"turbo-llama build --python {time.strftime('%Y-%m-%d %H:%M:%S')} {version}\n")
 
-    _say(f"[2/4 stage] {stage}")
+    say(f"[2/4 stage] {stage}")
     sdist = fetch_sdist(pin, root)
     tmp = Path(tempfile.mkdtemp(prefix=".pytree-", dir=base))
     try:
@@ -342,9 +342,9 @@ def _build_wheel_locked(opts: BuildOptions, root: Path, nvcc: str | None) -> Whe
         set_version(tmp / "t", pin, version)
         n = sync_python_files(tmp / "t", stage)
     finally:
-        _rmtree(tmp)
+        rmtree(tmp)
     n += sync_tree(prep.path, stage / VENDOR)
-    _say(f"  {n} file(s) changed")
+    say(f"  {n} file(s) changed")
 
     out = Path(tempfile.mkdtemp(prefix=".wheel-", dir=base))
     try:
@@ -359,27 +359,27 @@ def _build_wheel_locked(opts: BuildOptions, root: Path, nvcc: str | None) -> Whe
             cmd += [f"-Cbuild.tool-args=-j{opts.jobs}"]
         env = {**os.environ, "NINJA_STATUS": "[%f/%t] ", "PATH": os.pathsep.join(
             [*_tool_dirs(), os.environ.get("PATH", "")])}
-        # ccache: paths relative to the cache root, as for the CLI build (build.py)
+        # ccache: paths relative to the cache root, as for the CLI build (tools.py)
         env.setdefault("CCACHE_BASEDIR", str(root))
         env.setdefault("CCACHE_NOHASHDIR", "1")
         env.pop("CMAKE_ARGS", None)  # scikit-build-core would add them: the defines above are all
-        _say(f"[3/4 wheel] pip wheel {stage.name} ({variant}; log: {log})")
+        say(f"[3/4 wheel] pip wheel {stage.name} ({variant}; log: {log})")
         t0 = time.time()
         rc = _run_pip_wheel(cmd, log, env, opts.progress)
         seconds = time.time() - t0
         got = sorted(out.glob(f"{dist}-{version}-*.whl"))
         if rc != 0 or not got:
             raise ToolkitError(f"the wheel build failed (pip exit {rc}). Last lines of the log:\n"
-                               f"{_tail(log, 40)}\nFull log: {log}")
+                               f"{tail(log, 40)}\nFull log: {log}")
         wheels.mkdir(parents=True, exist_ok=True)
         wheel = wheels / got[0].name
         os.replace(got[0], wheel)
     finally:
-        _rmtree(out)
-    _say(f"  built {wheel.name} in {seconds:.0f} s")
+        rmtree(out)
+    say(f"  built {wheel.name} in {seconds:.0f} s")
     for old in sorted(wheels.glob("*.whl"), key=lambda p: p.stat().st_mtime, reverse=True)[KEEP_WHEELS:]:
         old.unlink()
-    _write_json_atomic(record, {
+    write_json_atomic(record, {
         "version": version, "wheel": str(wheel), "key": key, "variant": variant,
         "prepared_key": prep.key, "prepared_tree": str(prep.path), "patches": prep.patches,
         "python_patches": [p.name for p in patches], "defines": defines, "stage": str(stage),
@@ -399,17 +399,17 @@ def copy_wheel(wheel: Path, wheel_dir: Path) -> Path:
             os.replace(tmp, dst)
     except OSError as e:
         raise (disk_full_error(e, wheel_dir) or ToolkitError(f"cannot write {wheel_dir}: {e}")) from e
-    _say(f"[4/4 wheel dir] {dst}")
+    say(f"[4/4 wheel dir] {dst}")
     return dst
 
 
 def install_wheel(wheel: Path, version: str, python: str, extras: tuple[str, ...] = ()) -> str:
     dist = wheel.name.split("-", 1)[0]
     if installed_version(python, dist) == version and not extras:
-        _say(f"[4/4 install] {dist} {version} is already installed for {python}")
+        say(f"[4/4 install] {dist} {version} is already installed for {python}")
         return "already installed"
     req = f"{wheel}[{','.join(extras)}]" if extras else str(wheel)
-    _say(f"[4/4 install] {wheel.name}{'[' + ','.join(extras) + ']' if extras else ''} -> {python} "
+    say(f"[4/4 install] {wheel.name}{'[' + ','.join(extras) + ']' if extras else ''} -> {python} "
          f"(its dependencies from PyPI where missing)")
     r = subprocess.run([python, "-m", "pip", "install", "--disable-pip-version-check", req],
                        text=True, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)

@@ -16,7 +16,7 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from .model import sha256_file
+from ..util import sha256_file
 
 
 class FetchError(RuntimeError):

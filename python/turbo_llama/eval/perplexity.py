@@ -14,10 +14,11 @@ import time
 from pathlib import Path
 from typing import Callable
 
+from ..cache_types import Cache, parse_cache
+from ..errors import ToolError
 from . import processes
-from .cache_types import Cache, parse_cache
+from .llama_tools import UnsupportedCacheType, check_unsupported, parse_perplexity, tool_reason
 from .progress import WorkBar
-from .llama_tools import ToolError, UnsupportedCacheType, check_unsupported, parse_perplexity, tool_reason
 
 
 def backend_args(backend: str, threads: int, repack: bool) -> list[str]:

@@ -10,7 +10,6 @@ Order of sources (first that applies wins):
 from __future__ import annotations
 
 import dataclasses
-import hashlib
 import os
 import shutil
 import subprocess
@@ -21,8 +20,9 @@ import tomllib
 from functools import lru_cache
 from pathlib import Path
 
-from .cachedir import cache_dir, disk_full_error
-from .errors import ToolkitError
+from ..cachedir import cache_dir, disk_full_error
+from ..errors import ToolkitError
+from ..util import git, say, sha256_file
 
 # directories never part of the upstream tree (build outputs, VCS metadata)
 EXCLUDE_TOP = {".git"}
@@ -35,6 +35,26 @@ def _is_build_dir(name: str, path: Path | None = None) -> bool:
     return path is None or (path.is_dir() and not path.is_symlink())
 
 
+def source_files(src: Source) -> list[str]:
+    """The files of a source tree, sorted: its explicit list, else every file but .git and the build dirs
+    at the top (a symlink to a directory counts as a file, as for git)."""
+    if src.files is not None:
+        return sorted(src.files)
+    out = []
+    for dirpath, dirnames, filenames in os.walk(src.path):
+        rel = os.path.relpath(dirpath, src.path)
+        if rel == ".":
+            dirnames[:] = [d for d in dirnames if d not in EXCLUDE_TOP and not _is_build_dir(d)]  # dirs only
+            filenames = [f for f in filenames if f not in EXCLUDE_TOP]
+        for d in list(dirnames):  # symlinks to dirs are files for git
+            if os.path.islink(os.path.join(dirpath, d)):
+                filenames.append(d)
+                dirnames.remove(d)
+        for f in filenames:
+            out.append(f if rel == "." else os.path.join(rel, f))
+    return sorted(out)
+
+
 # ---------------------------------------------------------------- data files (patches, cpu_ref, ...)
 
 def data_root() -> Path:
@@ -45,8 +65,8 @@ def data_root() -> Path:
     """
     env = os.environ.get("TURBO_LLAMA_DATA")
     candidates = [Path(env)] if env else []
-    here = Path(__file__).resolve().parent
-    candidates += [here.parents[1], here / "data"]
+    package = Path(__file__).resolve().parents[1]   # turbo_llama/ (this file is turbo_llama/build/source.py)
+    candidates += [package.parents[1], package / "data"]
     for c in candidates:
         if (c / "patches" / "pin.toml").is_file():
             return c
@@ -144,17 +164,6 @@ def overlay_entries(pin: Pin | None = None, root: Path | None = None) -> list[tu
 
 # ---------------------------------------------------------------- hashing a tree the git way
 
-def _git(*args, cwd=None, env=None, check=True) -> subprocess.CompletedProcess:
-    try:
-        r = subprocess.run(["git", *args], cwd=cwd, env=env, text=True,
-                           stdout=subprocess.PIPE, stderr=subprocess.PIPE)
-    except FileNotFoundError:
-        raise ToolkitError("git is not installed (needed to verify and patch the source)")
-    if check and r.returncode != 0:
-        raise ToolkitError(f"git {' '.join(args)} failed: {(r.stderr or r.stdout).strip()}")
-    return r
-
-
 def tree_hash(path: Path, exclude: set[str] | None = None) -> str:
     """git tree hash of the files under `path` (as `git write-tree` would record them).
 
@@ -169,11 +178,11 @@ def tree_hash(path: Path, exclude: set[str] | None = None) -> str:
         for k in ("GIT_OBJECT_DIRECTORY", "GIT_ALTERNATE_OBJECT_DIRECTORIES", "GIT_CEILING_DIRECTORIES"):
             env.pop(k, None)
         clean = {k: v for k, v in env.items() if k not in ("GIT_DIR", "GIT_WORK_TREE", "GIT_INDEX_FILE")}
-        _git("init", "-q", "--bare", str(gitdir), env=clean)
-        _git("config", "core.looseCompression", "0", env=env)
-        _git("config", "core.autocrlf", "false", env=env)
-        _git("config", "core.fileMode", "true", env=env)
-        _git("config", "core.symlinks", "true", env=env)
+        git("init", "-q", "--bare", str(gitdir), env=clean)
+        git("config", "core.looseCompression", "0", env=env)
+        git("config", "core.autocrlf", "false", env=env)
+        git("config", "core.fileMode", "true", env=env)
+        git("config", "core.symlinks", "true", env=env)
         names = sorted(n for n in os.listdir(path)
                        if n not in exclude and not _is_build_dir(n, path / n))
         if names:
@@ -182,7 +191,7 @@ def tree_hash(path: Path, exclude: set[str] | None = None) -> str:
                                text=True, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
             if r.returncode != 0:
                 raise ToolkitError(f"cannot hash the files of {path}: {r.stderr.strip()}")
-        return _git("write-tree", env=env).stdout.strip()
+        return git("write-tree", env=env).stdout.strip()
 
 
 # ---------------------------------------------------------------- the source
@@ -196,11 +205,11 @@ class Source:
 
 
 def _git_head(path: Path) -> str | None:
-    r = _git("rev-parse", "--verify", "-q", "HEAD", cwd=path, check=False)
+    r = git("rev-parse", "--verify", "-q", "HEAD", cwd=path, check=False)
     if r.returncode != 0:
         return None
     # only trust it if `path` itself is the top of that work tree (not a dir inside another repo)
-    top = _git("rev-parse", "--show-toplevel", cwd=path, check=False).stdout.strip()
+    top = git("rev-parse", "--show-toplevel", cwd=path, check=False).stdout.strip()
     if not top or Path(top).resolve() != path.resolve():
         return None
     return r.stdout.strip()
@@ -217,12 +226,12 @@ def verify_llama_src(path: Path, pin: Pin) -> Source:
             raise ToolkitError(f"--llama-src {path} is at commit {head}, but turbo-llama is pinned "
                                f"to {pin.commit} ({pin.label}). Check out the pin "
                                f"(git -C {path} checkout {pin.commit}) or omit --llama-src.")
-        r = _git("status", "--porcelain", "--untracked-files=no", cwd=path)
+        r = git("status", "--porcelain", "--untracked-files=no", cwd=path)
         if r.stdout.strip():
             changed = ", ".join(line[3:] for line in r.stdout.splitlines()[:5])
             raise ToolkitError(f"--llama-src {path} is at the pinned commit but has local changes "
                                f"({changed}). Stash or discard them, or omit --llama-src.")
-        files = _git("ls-files", "-z", cwd=path).stdout.split("\0")
+        files = git("ls-files", "-z", cwd=path).stdout.split("\0")
         return Source(path, "llama-src", f"{path} (git, commit {head[:12]})",
                       files=[f for f in files if f])
     h = tree_hash(path)
@@ -232,14 +241,6 @@ def verify_llama_src(path: Path, pin: Pin) -> Source:
                            f"changed, added or removed (build outputs must be in build*/ dirs). "
                            f"Use a clean copy of the pinned commit or omit --llama-src.")
     return Source(path, "llama-src", f"{path} (tree {h[:12]})")
-
-
-def sha256_file(path: Path) -> str:
-    h = hashlib.sha256()
-    with open(path, "rb") as f:
-        for chunk in iter(lambda: f.read(1 << 20), b""):
-            h.update(chunk)
-    return h.hexdigest()
 
 
 def verify_sdist(path: Path, pin: Pin) -> None:
@@ -258,7 +259,7 @@ def fetch_sdist(pin: Pin, root: Path) -> Path:
     dl.mkdir(parents=True, exist_ok=True)
     target = dl / pin.sdist_filename
     if not target.is_file():
-        print(f"turbo-llama: downloading {pin.sdist_filename} with pip ...", file=sys.stderr, flush=True)
+        say(f"downloading {pin.sdist_filename} with pip ...")
         with tempfile.TemporaryDirectory(prefix=".pip-", dir=dl) as tmp:
             cmd = [sys.executable, "-m", "pip", "download", "--no-deps", "--no-binary", pin.sdist_name,
                    "--no-build-isolation", "--disable-pip-version-check",
@@ -301,7 +302,7 @@ def _unpack_sdist(sdist: Path, pin: Pin, root: Path) -> Path:
     prefix = pin.sdist_subdir.rstrip("/") + "/"
     tmp = Path(tempfile.mkdtemp(prefix=f".{pin.commit[:7]}-", dir=dest.parent))
     try:
-        print(f"turbo-llama: unpacking {prefix} from {sdist.name} ...", file=sys.stderr, flush=True)
+        say(f"unpacking {prefix} from {sdist.name} ...")
         # the .git file points into the sdist's own git dir
         extract_under(sdist, prefix, tmp, skip=(".git",))
         h = tree_hash(tmp)
@@ -326,7 +327,7 @@ def _clone(pin: Pin, root: Path) -> Path:
     tmp = Path(tempfile.mkdtemp(prefix=".clone-", dir=dest.parent))
     env = {**os.environ, "GIT_TERMINAL_PROMPT": "0"}
     try:
-        print(f"turbo-llama: cloning {pin.git_url} at {pin.short} ...", file=sys.stderr, flush=True)
+        say(f"cloning {pin.git_url} at {pin.short} ...")
         steps = [["init", "-q", str(tmp)],
                  ["-C", str(tmp), "fetch", "-q", "--depth", "1", pin.git_url, pin.commit],
                  ["-C", str(tmp), "checkout", "-q", pin.commit]]
