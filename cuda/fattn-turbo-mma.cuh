@@ -31,7 +31,7 @@
 enum turbo_mma_loop {
     TURBO_MMA_ONE_TILE,       // v11: one 16-key tile per warp step (D = 128 below 16K keys)
     TURBO_MMA_TWO_TILES,      // v14: two tiles per warp step, 3 blocks per SM (D = 128 from 16K keys, turbo3 V)
-    TURBO_MMA_TWO_TILES_EX2,  // v14 with the softmax's bare ex2.approx (D = 128 from 16K keys, turbo2 K and V; run 22)
+    TURBO_MMA_TWO_TILES_EX2,  // v14 with the softmax's bare ex2.approx (D = 128 from 16K keys, turbo2 K and V)
     TURBO_MMA_WARP_PAIR,      // v21: a warp pair per tile, one 128-block each (D = 256)
 };
 
@@ -107,7 +107,7 @@ template <int bits, int QKB> static __device__ __forceinline__ uint32_t turbo_mm
 // and g + 2 start in the same bank and the lanes of one t (8 rows) read 4-way conflicting words; 5 chunks (20 words)
 // spread the 8 rows over 8 bank offsets (ncu of v10: 61% of the shared wavefronts were conflicts; a model of one
 // step's staged reads, llama8b layout: 112 -> 36 wavefronts). turbo2 at D = 128 is already 3 chunks.
-// KBS, VBS: the bytes of one 128-block of a K or V row (turbo_mma_block_bytes). KSWZ (f16 K, rows 16-byte aligned):
+// KBS, VBS: the bytes of one 128-block of a K or V row (turbo_traits<type>::row_bytes). KSWZ (f16 K, rows 16-byte aligned):
 // a K row is its 16 chunks exactly, chunk c of key kk staged at chunk c ^ (kk & 7) of its row, so that the lanes of
 // one 16-byte read (keys g, chunks 4t + j) fall on 8 different bank groups. VSWZ: the same for an f16 V, whose 8 rows
 // of one ldmatrix phase (keys kk, one chunk each) then fall on 8 different bank groups
@@ -130,14 +130,6 @@ struct turbo_mma_stage_cfg {
     static constexpr int NSTAGE = TPS == 2 ? 4 : NB == 1 && VBS <= 66 && (KBS <= 50 || KBS == 66) ? 3 : 2;
     static constexpr int GROUPS = NSTAGE/TPS;                  // a step's TPS stages are one cp.async group
     static_assert(TPS == 1 || NB == 1, "v14 is compiled for D = 128 only (shared memory)");
-};
-
-// the bytes of one block of a K or V row: turbo3, turbo2, turbo4 (128 values), their 64-value forms, q8_0 (128 values:
-// 4 blocks of 32), f16 (128 values)
-template <ggml_type type> struct turbo_mma_block_bytes {
-    static constexpr int value = type == GGML_TYPE_TURBO3 ? 50 : type == GGML_TYPE_TURBO2 ? 34 : type == GGML_TYPE_TURBO4 ? 66 :
-                                 type == GGML_TYPE_TURBO3_64 ? 26 : type == GGML_TYPE_TURBO2_64 ? 18 : type == GGML_TYPE_TURBO4_64 ? 34 :
-                                 type == GGML_TYPE_Q8_0 ? 136 : 256;
 };
 
 // asynchronous copy of 16 bytes to shared memory, L2 only; src_bytes < 16 zero-fills the rest
@@ -298,7 +290,7 @@ struct turbo_mma_vpair {
 };
 
 // the softmax's exponentials: exp2f, or (TURBO_MMA_TWO_TILES_EX2) the bare ex2.approx.ftz (results below 2^-126 flush
-// to 0, as they do anyway once P is rounded to f16): run 22, turbo2's op 27.2 -> 25.6 us at 32K; for turbo3 the same
+// to 0, as they do anyway once P is rounded to f16): exp2f's range handling is a share of the turbo2 step worth saving
 template <bool FAST> static __device__ __forceinline__ float turbo_mma_exp2(const float x) {
     if (!FAST) {
         return exp2f(x);
@@ -324,8 +316,8 @@ template <int LOOP> struct turbo_mma_loop_traits {
 // registers
 template <ggml_type type_K, ggml_type type_V, int LOOP>
 static constexpr int turbo_mma_min_blocks() {
-    constexpr bool K_TURBO = ggml_cuda_type_is_turbo(type_K) || ggml_cuda_type_is_turbo64(type_K);
-    constexpr bool V_TURBO = ggml_cuda_type_is_turbo(type_V) || ggml_cuda_type_is_turbo64(type_V);
+    constexpr bool K_TURBO = ggml_cuda_is_turbo_type(type_K);
+    constexpr bool V_TURBO = ggml_cuda_is_turbo_type(type_V);
     return K_TURBO && (V_TURBO || (type_V == GGML_TYPE_Q8_0 && type_K != GGML_TYPE_TURBO4)) ? turbo_mma_loop_traits<LOOP>::MIN_BLOCKS : 3;
 }
 
@@ -338,17 +330,17 @@ static constexpr int turbo_mma_min_blocks() {
 // The tables first: the kernel aligns the buffer's start to 1024 bytes, as turbo_mma_pick4 needs (turbo_mma_pick: 256)
 template <int D, ggml_type type_K, ggml_type type_V, int LOOP>
 struct turbo_mma_smem {
-    static constexpr bool K_TURBO = ggml_cuda_type_is_turbo(type_K) || ggml_cuda_type_is_turbo64(type_K);
-    static constexpr bool V_TURBO = ggml_cuda_type_is_turbo(type_V) || ggml_cuda_type_is_turbo64(type_V);
-    static constexpr int QKB  = ggml_cuda_type_is_turbo64(type_V) ? QK_TURBO_64 : QK_TURBO;
+    static constexpr bool K_TURBO = ggml_cuda_is_turbo_type(type_K);
+    static constexpr bool V_TURBO = ggml_cuda_is_turbo_type(type_V);
+    static constexpr int QKB  = ggml_cuda_turbo_qk(type_V) == QK_TURBO_64 ? QK_TURBO_64 : QK_TURBO;
     static constexpr bool PAIR = turbo_mma_loop_traits<LOOP>::PAIR;
     static constexpr int NL   = PAIR ? TURBO_MMA_WARPS/2 : TURBO_MMA_WARPS;   // warps (pairs) that walk tiles
-    typedef turbo_mma_stage_cfg<PAIR ? 1 : D/QKB, turbo_mma_block_bytes<type_K>::value, turbo_mma_block_bytes<type_V>::value,
+    typedef turbo_mma_stage_cfg<PAIR ? 1 : D/QKB, turbo_traits<type_K>::row_bytes, turbo_traits<type_V>::row_bytes,
                                 turbo_mma_loop_traits<LOOP>::TPS, type_K == GGML_TYPE_F16, type_V == GGML_TYPE_F16> cfg;
     static constexpr int RING = TURBO_MMA_WARPS*cfg::NSTAGE*cfg::WORDS;   // staging ring, words
     // the warps' outputs (epilogue): row stride OS, and a pad word after every OG floats of a row, so that the 32
     // lanes of one store of O^T fragments (dims OG g + .., rows 2t, 2t + 1) fall on 32 banks; unpadded they fell on 2
-    // (ncu, run 38: 11.6-way conflicts on the epilogue's stores, ~2000 wavefronts per block)
+    // (many-way bank conflicts on the epilogue's stores)
     static constexpr int OG   = QKB/8;
     static constexpr int OS   = D + D/OG + 4;
     static __host__ __device__ constexpr int os_at(const int row, const int d) { return row*OS + d + d/OG; }
@@ -356,14 +348,14 @@ struct turbo_mma_smem {
     static constexpr int RO_N = RING > OSZ ? RING : OSZ;
     static constexpr int Q_N  = TURBO_MMA_ROWS*(D + 4);                   // q rows (stride QS)
     // pair tables: 64 entries (turbo3, turbo2), 256 (turbo4); the static arrays keep one for a plain K or V
-    static constexpr int KTAB = turbo_fa_stage<type_K>::bits == 4 ? 256 : 64;
-    static constexpr int VTAB = turbo_fa_stage<type_V>::bits == 4 ? 256 : V_TURBO ? 64 : 1;
+    static constexpr int KTAB = turbo_traits<type_K>::bits == 4 ? 256 : 64;
+    static constexpr int VTAB = turbo_traits<type_V>::bits == 4 ? 256 : V_TURBO ? 64 : 1;
     static constexpr int XS_N = PAIR ? NL*2*2*WARP_SIZE : 1;               // v21's exchange slots (float4, float2)
     static constexpr int XN_N = PAIR && K_TURBO ? XS_N : 1;                // (a plain K has no norms)
 
     static constexpr int up(const int x, const int a) { return (x + a - 1)/a*a; }
     static constexpr int O_PK = 0;
-    static constexpr int O_PV = up(O_PK + (K_TURBO ? 4*KTAB : 0), turbo_fa_stage<type_V>::bits == 4 ? 1024 : 256);
+    static constexpr int O_PV = up(O_PK + (K_TURBO ? 4*KTAB : 0), turbo_traits<type_V>::bits == 4 ? 1024 : 256);
     static constexpr int O_Q  = up(O_PV + (V_TURBO ? 4*VTAB : 0), 16);
     static constexpr int O_M  = O_Q + 4*Q_N;                               // Ms, then Ls
     static constexpr int O_XS = up(O_M + 2*4*NL*TURBO_MMA_ROWS, 16);
@@ -384,27 +376,27 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     // QKB: the values of one turbo block (128; 64 for the 64-value types of head_dim 64 models, K and V both). A lane
     // takes QKB/4 dims of each K block (the scores' k) and QKB/8 dims of each V block (the output's m): CPB mma
     // chunks of 16 dims per block in either product
-    constexpr int QKB = ggml_cuda_type_is_turbo64(type_V) ? QK_TURBO_64 : QK_TURBO;
+    constexpr int QKB = ggml_cuda_turbo_qk(type_V) == QK_TURBO_64 ? QK_TURBO_64 : QK_TURBO;
     constexpr int CPB = QKB/16;
     constexpr int QV  = QKB/WARP_SIZE;   // q values per lane and block in the prologue
     constexpr float ISQ = QKB == QK_TURBO_64 ? TURBO64_INV_SQRT : TURBO_CUDA_INV_SQRT_QK;   // the FWHT's normalisation
     constexpr int NB = D / QKB;
     constexpr int NW = TURBO_MMA_WARPS;
     constexpr int NR = TURBO_MMA_ROWS;
-    constexpr int KBITS = turbo_fa_stage<type_K>::bits, VBITS = turbo_fa_stage<type_V>::bits;
+    constexpr int KBITS = turbo_traits<type_K>::bits, VBITS = turbo_traits<type_V>::bits;
     // K: turbo, or q8_0 / f16 (the products take K's values as f16; q is not rotated for them, V's output still is)
-    constexpr bool K_TURBO = ggml_cuda_type_is_turbo(type_K) || ggml_cuda_type_is_turbo64(type_K);
+    constexpr bool K_TURBO = ggml_cuda_is_turbo_type(type_K);
     constexpr bool K_F16   = type_K == GGML_TYPE_F16;
     static_assert(K_TURBO || (QKB == QK_TURBO && ((D == 128 && LOOP == TURBO_MMA_ONE_TILE) || (D == 256 && LOOP == TURBO_MMA_WARP_PAIR))),
         "q8_0 and f16 K: D = 128 one tile per step or D = 256 the warp pair");
     // V: turbo, or q8_0 / f16 with a turbo K (V's values as f16 in the product; the output is then in the plain domain,
     // and the merge does not rotate it back)
-    constexpr bool V_TURBO = ggml_cuda_type_is_turbo(type_V) || ggml_cuda_type_is_turbo64(type_V);
+    constexpr bool V_TURBO = ggml_cuda_is_turbo_type(type_V);
     constexpr bool V_F16   = type_V == GGML_TYPE_F16;
     static_assert(V_TURBO || (K_TURBO && QKB == QK_TURBO && ((D == 128 && LOOP == TURBO_MMA_ONE_TILE) || (D == 256 && LOOP == TURBO_MMA_WARP_PAIR))),
         "q8_0 and f16 V: turbo K, D = 128 one tile per step or D = 256 the warp pair");
-    static_assert(!K_TURBO || ggml_cuda_type_is_turbo64(type_K) == (QKB == QK_TURBO_64), "K and V turbo blocks of one size");
-    constexpr int KBS = turbo_mma_block_bytes<type_K>::value, VBS = turbo_mma_block_bytes<type_V>::value;
+    static_assert(!K_TURBO || (ggml_cuda_turbo_qk(type_K) == QK_TURBO_64) == (QKB == QK_TURBO_64), "K and V turbo blocks of one size");
+    constexpr int KBS = turbo_traits<type_K>::row_bytes, VBS = turbo_traits<type_V>::row_bytes;
     constexpr int QS = D + 4;
     constexpr float LOG2E = 1.4426950408889634f, LN2 = 0.6931471805599453f;
 
@@ -616,7 +608,7 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         const bool ok = rho < R;
         const int j = ok ? rho / p.gqa : 0;
         const int h = hk*p.gqa + (ok ? rho % p.gqa : 0);
-        slope[i] = turbo_alibi_slope(p.max_bias, h, p.n_head_log2, p.m0, p.m1)*LOG2E;
+        slope[i] = get_alibi_slope(p.max_bias, h, p.n_head_log2, p.m0, p.m1)*LOG2E;
         mrow[i] = maskb ? maskb + (int64_t) j*(p.nb31/sizeof(half)) : nullptr;
     }
     const float cap  = p.logit_softcap*LOG2E;
@@ -650,9 +642,8 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     }
 
     // one tile's mask values (v9b: read before the K decode, so that their latency overlaps it)
-    // v22 (run 21): the raw halves only; tile_scores converts them after the products. Converted here, next to the
-    // loads, every step waited for the loads' latency at its top (the loads sat in a branch with their conversion):
-    // leaving the mask loads out (timing variant 36) took 2.5 us off the op at 32K and 11.2 us at 128K. A key past
+    // the raw halves only; tile_scores converts them after the products. Converted here, next to the loads, every
+    // step would wait for the loads' latency at its top (the loads sat in a branch with their conversion). A key past
     // n_kv reads the last key's value, which its -inf score then ignores
     auto tile_mask = [&](const int k0, uint32_t (&mv)[4]) {
         mv[0] = mv[1] = mv[2] = mv[3] = 0u;
@@ -1114,9 +1105,9 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
     X(64, GGML_TYPE_TURBO4_64, TURBO_MMA_ONE_TILE)
 // every instance of a K type
 #define TURBO_MMA_FOR_EACH_K(type_K, X)                               \
-    if constexpr (ggml_cuda_type_is_turbo64(type_K)) {                \
+    if constexpr (ggml_cuda_turbo_qk(type_K) == QK_TURBO_64) {                \
         TURBO_MMA_FOR_EACH_64(X)                                      \
-    } else if constexpr (ggml_cuda_type_is_turbo(type_K)) {           \
+    } else if constexpr (ggml_cuda_turbo_qk(type_K) == QK_TURBO) {           \
         TURBO_MMA_FOR_EACH(X)                                         \
         TURBO_MMA_FOR_EACH_V_PLAIN(X)                                 \
     } else {                                                          \

@@ -6,19 +6,21 @@
 // rotation, q.k = (R q).(R k) and sum p v = R^-1 sum p (R v). So here K and V are decoded to f16 in the
 // rotated domain (norm x centroid, no transform), q is rotated once (a few rows), upstream's kernel runs on
 // f16 K/V, and the output rows are rotated back once.
-// The prefill path since run 9 (the generic conversion serves what this does not): with one warp per block in the
-// decode below, a 512-query ubatch over 32K turbo3 keys costs 122 us per layer on top of the attention instead
-// of 180 (pp512 @32K 0.960x f16 against 0.910x on the H200, results/gpu.md run 9); with 8 blocks per warp
-// (run 15) the K or V decode takes 27 us instead of 54 and the op 1124.9 us instead of 1166.8 (f16: 997). Run
-// 5's first version (a block per row) was slower than the generic path (0.855x against 0.902x).
+// This is the prefill path (the generic conversion serves what this does not): decoding without the inverse FWHT
+// moves half the work of the generic conversion off the ubatch's critical path, and the decode takes several blocks
+// per warp so that a warp has many loads in flight (results/gpu.md has the measurements).
+// The kernels are templates over the block size: the 64-value types (64-point rotation, 64-value blocks) are their
+// qk = 64 instances. Those types take this path at every batch size but the decode that the tensor-core kernel takes
+// (ggml_cuda_turbo64_fattn_fused), with a q8_0 partner converted to f16 here too (upstream's kernel then needs no f16
+// space of its own for it).
 #include "turbo-common.cuh"
 #include "turbo.cuh"
 #include "fattn.cuh"
 
 
-// blocks of 8 warps (threadIdx.y); each warp takes TURBO_ROT_NB consecutive 128-blocks of the rows and issues
-// all their loads before it computes: with one block per warp (runs 9-14) every warp was one load's latency
-// and the kernels ran in ~30 short waves (the decode of a 32K turbo3 cache, 80 MB moved, took 53.6 us: 1.5 TB/s)
+// blocks of 8 warps (threadIdx.y); each warp takes TURBO_ROT_NB consecutive blocks of the rows and issues
+// all their loads before it computes: with one block per warp every warp waits one load's latency and the kernel
+// runs in many short waves, far from the memory bandwidth
 #define TURBO_ROT_WARPS 8
 #define TURBO_ROT_NB    8
 
@@ -41,92 +43,114 @@ static __device__ __forceinline__ void turbo_block_next(turbo_block_pos & b, con
     }
 }
 
-// q rows (strided f32) -> contiguous rows of R q: signs, FWHT, 1/sqrt(128)
-template <int NB>
+// q rows (strided f32) -> contiguous rows of R q, blocks of qk values: signs, FWHT, 1/sqrt(qk)
+template <int qk, int NB>
 static __global__ void k_turbo_rotate_rows(const char * __restrict__ src, float * __restrict__ dst, const int64_t ne0,
         const int64_t ne1, const int64_t ne2, const size_t nb1, const size_t nb2, const size_t nb3, const int64_t nblk) {
+    constexpr int nv = qk/WARP_SIZE;
     const int lane = threadIdx.x;
     const int64_t w0 = ((int64_t) blockIdx.x*TURBO_ROT_WARPS + threadIdx.y)*NB;
     if (w0 >= nblk) {
         return;
     }
-    float v[NB][4];
+    float v[NB][nv];
 #pragma unroll
     for (int j = 0; j < NB; ++j) {
         const int64_t wid = w0 + j < nblk ? w0 + j : nblk - 1;   // the tail repeats the last block, unstored
-        const int64_t row = wid / (ne0/QK_TURBO);
-        const int b = (int) (wid % (ne0/QK_TURBO));
+        const int64_t row = wid / (ne0/qk);
+        const int b = (int) (wid % (ne0/qk));
         const int64_t i1 = row % ne1, i2 = (row / ne1) % ne2, i3 = row / (ne1*ne2);
-        const float * s = (const float *) (src + i1*nb1 + i2*nb2 + i3*nb3) + b*QK_TURBO;
+        const float * s = (const float *) (src + i1*nb1 + i2*nb2 + i3*nb3) + b*qk;
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
+        for (int k = 0; k < nv; ++k) {
             v[j][k] = s[lane + 32*k];
         }
     }
 #pragma unroll
     for (int j = 0; j < NB; ++j) {
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            v[j][k] = turbo_sign_neg(lane + 32*k) ? -v[j][k] : v[j][k];
-        }
-        turbo_warp_fwht(v[j], lane);
-        if (w0 + j < nblk) {
-            float * d = dst + (w0 + j)*QK_TURBO;   // rows of ne0 follow each other: block wid sits at wid*128
+        if constexpr (qk == QK_TURBO_64) {
+            turbo64_warp_rotate(v[j], lane);   // with its 1/8 (exact)
+        } else {
 #pragma unroll
             for (int k = 0; k < 4; ++k) {
-                d[lane + 32*k] = v[j][k]*TURBO_CUDA_INV_SQRT_QK;
+                v[j][k] = turbo_sign_neg(lane + 32*k) ? -v[j][k] : v[j][k];
+            }
+            turbo_warp_fwht(v[j], lane);
+        }
+        if (w0 + j < nblk) {
+            float * d = dst + (w0 + j)*qk;   // rows of ne0 follow each other: block wid sits at wid*qk
+#pragma unroll
+            for (int k = 0; k < nv; ++k) {
+                d[lane + 32*k] = qk == QK_TURBO_64 ? v[j][k] : v[j][k]*TURBO_CUDA_INV_SQRT_QK;
             }
         }
     }
 }
 
-// contiguous f32 rows in place: R^-1 = FWHT, 1/sqrt(128), signs
-template <int NB>
+// contiguous f32 rows in place: R^-1 = FWHT, 1/sqrt(qk), signs
+template <int qk, int NB>
 static __global__ void k_turbo_unrotate_rows(float * __restrict__ x, const int64_t nblk) {
+    constexpr int nv = qk/WARP_SIZE;
     const int lane = threadIdx.x;
     const int64_t w0 = ((int64_t) blockIdx.x*TURBO_ROT_WARPS + threadIdx.y)*NB;
     if (w0 >= nblk) {
         return;
     }
-    float v[NB][4];
+    float v[NB][nv];
 #pragma unroll
     for (int j = 0; j < NB; ++j) {
-        const int64_t wid = w0 + j < nblk ? w0 + j : nblk - 1;   // contiguous rows: the 128-blocks follow each other
+        const int64_t wid = w0 + j < nblk ? w0 + j : nblk - 1;   // contiguous rows: the blocks follow each other
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            v[j][k] = x[wid*QK_TURBO + lane + 32*k];
+        for (int k = 0; k < nv; ++k) {
+            v[j][k] = x[wid*qk + lane + 32*k];
         }
     }
 #pragma unroll
     for (int j = 0; j < NB; ++j) {
-        turbo_warp_fwht(v[j], lane);
+        if constexpr (qk == QK_TURBO_64) {
+            turbo64_warp_unrotate(v[j], lane);   // with its 1/8 and the signs
+        } else {
+            turbo_warp_fwht(v[j], lane);
+        }
         if (w0 + j < nblk) {
-            float * r = x + (w0 + j)*QK_TURBO;
+            float * r = x + (w0 + j)*qk;
 #pragma unroll
-            for (int k = 0; k < 4; ++k) {
+            for (int k = 0; k < nv; ++k) {
                 const int i = lane + 32*k;
-                const float y = v[j][k]*TURBO_CUDA_INV_SQRT_QK;
-                r[i] = turbo_sign_neg(i) ? -y : y;
+                if constexpr (qk == QK_TURBO_64) {
+                    r[i] = v[j][k];
+                } else {
+                    const float y = v[j][k]*TURBO_CUDA_INV_SQRT_QK;
+                    r[i] = turbo_sign_neg(i) ? -y : y;
+                }
             }
         }
     }
 }
 
+// the turbo type of a block of qk values with codes of `bits`
+template <int bits, int qk>
+static constexpr __host__ __device__ ggml_type turbo_type_of() {
+    return qk == QK_TURBO_64 ? (bits == 4 ? GGML_TYPE_TURBO4_64 : bits == 3 ? GGML_TYPE_TURBO3_64 : GGML_TYPE_TURBO2_64) :
+                               (bits == 4 ? GGML_TYPE_TURBO4    : bits == 3 ? GGML_TYPE_TURBO3    : GGML_TYPE_TURBO2);
+}
+
 // turbo blocks (strided rows) -> contiguous f16 rows in the rotated domain: norm x centroid, no transform.
-// Per block, each lane 4 consecutive values: one byte of the low plane, a nibble of the high one, the centroids
-// by shuffle from lanes 0..7, one 8-byte store (the warp writes the block's 256 bytes at once); NB blocks per warp.
-// (The first version, a 128-thread block per row and one value per thread, was slower than the generic
-// conversion with its FWHT: results/gpu.md, run 5.)
-template <int bits, int NB>
+// Per block, each lane nv = qk/32 consecutive values: their codes' bits of the low plane (a byte for 128 values, a
+// nibble for 64), those of the high one, the centroids by shuffle from lanes 0..7, one 8-byte (4-byte) store (the
+// warp writes the block's f16 values at once); NB blocks per warp.
+// (A 128-thread block per row, one value per thread, is slower than even the generic conversion with its FWHT.)
+template <int bits, int qk, int NB>
 static __global__ void k_turbo_decode_rotated_f16(const char * __restrict__ src, half * __restrict__ dst, const int nblk,
         const int nbr, const int ne1, const int ne2, const size_t nb1, const size_t nb2, const size_t nb3) {
-    constexpr int BS = bits == 4 ? 66 : bits == 3 ? 50 : 34;
+    constexpr int BS = turbo_traits<turbo_type_of<bits, qk>()>::bs;
+    constexpr int nv = qk/WARP_SIZE;
     const int w0   = turbo_warp_index()*NB;
     const int lane = threadIdx.x % WARP_SIZE;
     if (w0 >= nblk) {
         return;
     }
-    const float book = turbo_centroid(bits, lane & ((1 << bits) - 1));
+    const float book = turbo_centroid_qk<qk>(bits, lane & ((1 << bits) - 1));
     turbo_block_pos b = turbo_block_at(w0, nbr, ne1, ne2);
     half norm[NB];
     int lo[NB], hi[NB];
@@ -137,7 +161,15 @@ static __global__ void k_turbo_decode_rotated_f16(const char * __restrict__ src,
         }
         const uint8_t * blk = (const uint8_t *) (src + b.i1*nb1 + b.i2*nb2 + b.i3*nb3) + b.ib*BS;
         norm[j] = *(const half *) blk;
-        if (bits == 4) {   // turbo4: codes 4 lane .. 4 lane + 3 are the nibbles of qs[2 lane], qs[2 lane + 1]
+        if constexpr (qk == QK_TURBO_64) {   // codes 2 lane, 2 lane + 1
+            if (bits == 4) {   // the nibbles of qs[lane]
+                lo[j] = blk[2 + lane];
+                hi[j] = 0;
+            } else {
+                lo[j] = (blk[2 + (lane >> 1)] >> (4*(lane & 1))) & 15;                             // 2 bits each
+                hi[j] = bits == 3 ? (blk[2 + 16 + (lane >> 2)] >> (2*(lane & 3))) & 3 : 0;   // their high bits
+            }
+        } else if (bits == 4) {   // turbo4: codes 4 lane .. 4 lane + 3 are the nibbles of qs[2 lane], qs[2 lane + 1]
             lo[j] = *(const uint16_t *) (blk + 2 + 2*lane);
             hi[j] = 0;
         } else {
@@ -148,17 +180,24 @@ static __global__ void k_turbo_decode_rotated_f16(const char * __restrict__ src,
 #pragma unroll
     for (int j = 0; j < NB; ++j) {
         const float nj = __half2float(norm[j]);
-        half h[4];
+        half h[nv];
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
+        for (int i = 0; i < nv; ++i) {
             const int c = bits == 4 ? (lo[j] >> (4*i)) & 15 : ((lo[j] >> (2*i)) & 3) | (((hi[j] >> i) & 1) << 2);
             h[i] = __float2half(nj*__shfl_sync(0xffffffff, book, c));
         }
-        uint2 out;
-        out.x = (uint32_t) __half_as_ushort(h[0]) | ((uint32_t) __half_as_ushort(h[1]) << 16);
-        out.y = (uint32_t) __half_as_ushort(h[2]) | ((uint32_t) __half_as_ushort(h[3]) << 16);
-        if (w0 + j < nblk) {
-            *(uint2 *) (dst + (int64_t) (w0 + j)*QK_TURBO + 4*lane) = out;
+        if constexpr (qk == QK_TURBO_64) {
+            const uint32_t out = (uint32_t) __half_as_ushort(h[0]) | ((uint32_t) __half_as_ushort(h[1]) << 16);
+            if (w0 + j < nblk) {
+                *(uint32_t *) (dst + (int64_t) (w0 + j)*qk + 2*lane) = out;
+            }
+        } else {
+            uint2 out;
+            out.x = (uint32_t) __half_as_ushort(h[0]) | ((uint32_t) __half_as_ushort(h[1]) << 16);
+            out.y = (uint32_t) __half_as_ushort(h[2]) | ((uint32_t) __half_as_ushort(h[3]) << 16);
+            if (w0 + j < nblk) {
+                *(uint2 *) (dst + (int64_t) (w0 + j)*qk + 4*lane) = out;
+            }
         }
     }
 }
@@ -200,79 +239,141 @@ ggml_tensor ggml_cuda_turbo_contiguous_like(const ggml_tensor * t, const ggml_ty
     return r;
 }
 
+// the turbo blocks of t decoded to f16 in the rotated domain (contiguous, at out)
+template <int qk>
 static void turbo_decode_rotated(cudaStream_t stream, const ggml_tensor * t, half * out) {
-    const int64_t nbr  = t->ne[0] / QK_TURBO;
+    const int64_t nbr  = t->ne[0] / qk;
     const int64_t nblk = nbr*t->ne[1]*t->ne[2]*t->ne[3];
     GGML_ASSERT(nblk < INT32_MAX - 8*TURBO_ROT_NB && t->nb[0] == ggml_type_size(t->type));   // the kernel's 32-bit indexes
     constexpr int NB = TURBO_ROT_NB;
-    auto kernel = t->type == GGML_TYPE_TURBO4 ? k_turbo_decode_rotated_f16<4, NB> :
-                  t->type == GGML_TYPE_TURBO3 ? k_turbo_decode_rotated_f16<3, NB> : k_turbo_decode_rotated_f16<2, NB>;
+    const int bits = ggml_cuda_turbo_bits(t->type);
+    auto kernel = bits == 4 ? k_turbo_decode_rotated_f16<4, qk, NB> :
+                  bits == 3 ? k_turbo_decode_rotated_f16<3, qk, NB> : k_turbo_decode_rotated_f16<2, qk, NB>;
     kernel<<<turbo_rot_grid(nblk, NB), TURBO_ROT_WARPS*WARP_SIZE, 0, stream>>>((const char *) t->data, out, (int) nblk,
         (int) nbr, (int) t->ne[1], (int) t->ne[2], t->nb[1], t->nb[2], t->nb[3]);
 }
 
-bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+// the K or V side as upstream's kernel gets it: turbo blocks of qk values decoded rotated (cell 0's exact rows, when
+// given, over row 0); another type as it is, or with convert_plain a q8_0 (any type with a to_fp16 conversion) converted
+template <int qk>
+static ggml_tensor turbo_side_f16(cudaStream_t stream, const ggml_tensor * t, const ggml_tensor * cell0,
+        const bool convert_plain, ggml_cuda_pool_alloc<half> & buf) {
+    if (ggml_cuda_turbo_qk(t->type) == qk) {
+        buf.alloc(ggml_nelements(t));
+        turbo_decode_rotated<qk>(stream, t, buf.ptr);
+        if (cell0) {
+            ggml_cuda_turbo_cell0_f16(stream, cell0, t, buf.ptr);
+        }
+    } else if (t->type == GGML_TYPE_F16 || !convert_plain) {
+        return *t;
+    } else {
+        buf.alloc(ggml_nelements(t));
+        const size_t ts = ggml_type_size(t->type);
+        GGML_ASSERT(t->nb[0] == ts);
+        const to_fp16_nc_cuda_t conv = ggml_get_to_fp16_nc_cuda(t->type);
+        GGML_ASSERT(conv);
+        conv(t->data, buf.ptr, t->ne[0], t->ne[1], t->ne[2], t->ne[3], t->nb[1]/ts, t->nb[2]/ts, t->nb[3]/ts, stream);
+    }
+    return ggml_cuda_turbo_contiguous_like(t, GGML_TYPE_F16, buf.ptr);
+}
+
+// the attention in the rotated domain (see the top): q rotated when K is turbo, the sides through turbo_side_f16,
+// upstream's kernels on f16 K/V, the output rotated back when V is turbo
+template <int qk>
+static void turbo_fattn_rotated(ggml_backend_cuda_context & ctx, ggml_tensor * dst, const bool convert_plain) {
     const ggml_tensor * Q = dst->src[0];
     const ggml_tensor * K = dst->src[1];
     const ggml_tensor * V = dst->src[2];
-    if (ggml_cuda_is_turbo64_type(K->type) || ggml_cuda_is_turbo64_type(V->type)) {
-        // the 64-value types take this path (turbo-64.cu) at every batch size but the decode that the tensor-core
-        // kernel takes (ggml_cuda_turbo64_fattn_fused: then the decode hook, ggml_cuda_flash_attn_ext_turbo)
-        if (ggml_cuda_turbo64_fattn_fused(dst) || !ggml_cuda_turbo64_fattn_supported(dst)) {
-            return false;
-        }
-        ggml_cuda_turbo64_fattn(ctx, dst);
-        return true;
-    }
-    const bool K_turbo = ggml_cuda_is_turbo128_type(K->type), V_turbo = ggml_cuda_is_turbo128_type(V->type);
-    if ((!K_turbo && !V_turbo) || Q->ne[1] <= GGML_CUDA_TURBO_FA_MAX_BATCH) {
-        return false;
-    }
-    if (!ggml_cuda_turbo_fattn_pair_supported(dst) || !ggml_is_contiguous(dst) || Q->type != GGML_TYPE_F32) {
-        return false;
-    }
+    const bool K_turbo = ggml_cuda_turbo_qk(K->type) == qk, V_turbo = ggml_cuda_turbo_qk(V->type) == qk;
     ggml_cuda_turbo_check_tables();
     cudaStream_t stream = ctx.stream();
     ggml_cuda_pool & pool = ctx.pool();
-    const int64_t D = Q->ne[0];
 
     ggml_cuda_pool_alloc<float> q_rot(pool);
     ggml_cuda_pool_alloc<half>  k_rot(pool), v_rot(pool);
-    ggml_tensor Qr = *Q, Kr = *K, Vr = *V;
+    ggml_tensor Qr = *Q;
     if (K_turbo) {
         q_rot.alloc(ggml_nelements(Q));
-        const int64_t nblk = ggml_nelements(Q)/QK_TURBO;
-        k_turbo_rotate_rows<TURBO_ROT_NB><<<turbo_rot_grid(nblk, TURBO_ROT_NB), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
-            (const char *) Q->data, q_rot.ptr, D, Q->ne[1], Q->ne[2], Q->nb[1], Q->nb[2], Q->nb[3], nblk);
+        const int64_t nblk = ggml_nelements(Q)/qk;
+        k_turbo_rotate_rows<qk, TURBO_ROT_NB><<<turbo_rot_grid(nblk, TURBO_ROT_NB), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
+            (const char *) Q->data, q_rot.ptr, Q->ne[0], Q->ne[1], Q->ne[2], Q->nb[1], Q->nb[2], Q->nb[3], nblk);
         Qr = ggml_cuda_turbo_contiguous_like(Q, GGML_TYPE_F32, q_rot.ptr);
-        k_rot.alloc(ggml_nelements(K));
-        turbo_decode_rotated(stream, K, k_rot.ptr);
-        if (dst->src[5]) {
-            ggml_cuda_turbo_cell0_f16(stream, dst->src[5], K, k_rot.ptr);
-        }
-        Kr = ggml_cuda_turbo_contiguous_like(K, GGML_TYPE_F16, k_rot.ptr);
     }
-    if (V_turbo) {
-        v_rot.alloc(ggml_nelements(V));
-        turbo_decode_rotated(stream, V, v_rot.ptr);
-        if (dst->src[6]) {
-            ggml_cuda_turbo_cell0_f16(stream, dst->src[6], V, v_rot.ptr);
-        }
-        Vr = ggml_cuda_turbo_contiguous_like(V, GGML_TYPE_F16, v_rot.ptr);
-    }
+    ggml_tensor Kr = turbo_side_f16<qk>(stream, K, dst->src[5], convert_plain, k_rot);
+    ggml_tensor Vr = turbo_side_f16<qk>(stream, V, dst->src[6], convert_plain, v_rot);
     CUDA_CHECK(cudaGetLastError());
 
     ggml_tensor dst_r = *dst;   // writes dst's data; K and V are no longer turbo: upstream's dispatch
     dst_r.src[0] = &Qr;
     dst_r.src[1] = &Kr;
     dst_r.src[2] = &Vr;
+    dst_r.src[5] = nullptr;     // cell 0's rows are in Kr / Vr now
+    dst_r.src[6] = nullptr;
     ggml_cuda_flash_attn_ext(ctx, &dst_r);
 
     if (V_turbo) {
-        const int64_t nblk = ggml_nelements(dst)/QK_TURBO;
-        k_turbo_unrotate_rows<TURBO_ROT_NB><<<turbo_rot_grid(nblk, TURBO_ROT_NB), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
+        const int64_t nblk = ggml_nelements(dst)/qk;
+        k_turbo_unrotate_rows<qk, TURBO_ROT_NB><<<turbo_rot_grid(nblk, TURBO_ROT_NB), dim3(WARP_SIZE, TURBO_ROT_WARPS), 0, stream>>>(
             (float *) dst->data, nblk);
         CUDA_CHECK(cudaGetLastError());
     }
+}
+
+static bool turbo64_fattn_side_ok(const ggml_tensor * t) {
+    return (ggml_cuda_turbo_qk(t->type) == QK_TURBO_64 || t->type == GGML_TYPE_F16 || t->type == GGML_TYPE_Q8_0) &&
+        t->nb[0] == ggml_type_size(t->type);
+}
+
+bool ggml_cuda_turbo64_fattn_supported(const ggml_tensor * dst) {
+    const ggml_tensor * Q = dst->src[0];
+    const ggml_tensor * K = dst->src[1];
+    const ggml_tensor * V = dst->src[2];
+    if (ggml_cuda_turbo_qk(K->type) != QK_TURBO_64 && ggml_cuda_turbo_qk(V->type) != QK_TURBO_64) {
+        return false;
+    }
+    if (!turbo64_fattn_side_ok(K) || !turbo64_fattn_side_ok(V) || Q->type != GGML_TYPE_F32 || dst->type != GGML_TYPE_F32 ||
+        !ggml_is_contiguous(dst)) {
+        return false;
+    }
+    if (Q->ne[0] % QK_TURBO_64 != 0 || K->ne[0] != Q->ne[0] || V->ne[0] % QK_TURBO_64 != 0) {
+        return false;
+    }
+    // upstream's f16 kernels must take the op as it will be run: f16 K/V of the same shapes, no cell-0 rows
+    ggml_tensor Kf = ggml_cuda_turbo_contiguous_like(K, GGML_TYPE_F16, K->data);
+    ggml_tensor Vf = ggml_cuda_turbo_contiguous_like(V, GGML_TYPE_F16, V->data);
+    ggml_tensor d = *dst;
+    d.src[1] = &Kf;
+    d.src[2] = &Vf;
+    d.src[5] = nullptr;
+    d.src[6] = nullptr;
+    return ggml_cuda_flash_attn_ext_supported(ggml_cuda_get_device(), &d);
+}
+
+void ggml_cuda_turbo64_fattn(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    GGML_ASSERT(ggml_cuda_turbo64_fattn_supported(dst));
+    turbo_fattn_rotated<QK_TURBO_64>(ctx, dst, true);
+}
+
+bool ggml_cuda_turbo_fattn_prefill(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    const ggml_tensor * Q = dst->src[0];
+    const ggml_tensor * K = dst->src[1];
+    const ggml_tensor * V = dst->src[2];
+    if (ggml_cuda_turbo_qk(K->type) == QK_TURBO_64 || ggml_cuda_turbo_qk(V->type) == QK_TURBO_64) {
+        // every batch size but the decode that the tensor-core kernel takes (ggml_cuda_turbo64_fattn_fused: then the
+        // decode hook, ggml_cuda_flash_attn_ext_turbo)
+        if (ggml_cuda_turbo64_fattn_fused(dst) || !ggml_cuda_turbo64_fattn_supported(dst)) {
+            return false;
+        }
+        turbo_fattn_rotated<QK_TURBO_64>(ctx, dst, true);
+        return true;
+    }
+    const bool K_turbo = ggml_cuda_turbo_qk(K->type) == QK_TURBO, V_turbo = ggml_cuda_turbo_qk(V->type) == QK_TURBO;
+    if ((!K_turbo && !V_turbo) || Q->ne[1] <= GGML_CUDA_TURBO_FA_MAX_BATCH) {
+        return false;
+    }
+    if (!ggml_cuda_turbo_fattn_pair_supported(dst) || !ggml_is_contiguous(dst) || Q->type != GGML_TYPE_F32) {
+        return false;
+    }
+    turbo_fattn_rotated<QK_TURBO>(ctx, dst, false);   // a q8_0 partner: upstream's own conversion
     return true;
 }

@@ -26,11 +26,11 @@ bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst) {
     const ggml_tensor * Q    = dst->src[0];
     const ggml_tensor * K    = dst->src[1];
     const ggml_tensor * V    = dst->src[2];
-    if (ggml_cuda_is_turbo64_type(K->type) || ggml_cuda_is_turbo64_type(V->type)) {
-        return ggml_cuda_turbo64_fattn_supported(dst);   // the 64-value types: turbo-64.cu, every batch size
+    if (ggml_cuda_turbo_qk(K->type) == QK_TURBO_64 || ggml_cuda_turbo_qk(V->type) == QK_TURBO_64) {
+        return ggml_cuda_turbo64_fattn_supported(dst);   // the 64-value types: fattn-turbo-prefill.cu, every batch size
     }
-    const bool K_turbo = ggml_cuda_is_turbo128_type(K->type);
-    const bool V_turbo = ggml_cuda_is_turbo128_type(V->type);
+    const bool K_turbo = ggml_cuda_turbo_qk(K->type) == QK_TURBO;
+    const bool V_turbo = ggml_cuda_turbo_qk(V->type) == QK_TURBO;
     if (!K_turbo && !V_turbo) {
         return false;
     }
@@ -66,13 +66,22 @@ bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst) {
     return true;
 }
 
+int ggml_cuda_turbo_fattn_route(const ggml_tensor * dst) {
+    if (!ggml_cuda_is_turbo_type(dst->src[1]->type) && !ggml_cuda_is_turbo_type(dst->src[2]->type)) {
+        return 0;
+    }
+    if (!ggml_cuda_turbo_fattn_pair_supported(dst)) {
+        return -1;
+    }
+    return dst->src[0]->ne[1] <= GGML_CUDA_TURBO_FA_MAX_BATCH ? 1 : 0;
+}
+
 template <int D, int QKB, bool V_turbo, int NCOLS>
 static void turbo_fattn_combine_launch(cudaStream_t stream, const float * part_acc, const float2 * part_meta, const float * sinks,
         float * dst, int n_split, int nrg, int gqa, int n_q, int n_head, int n_head_kv, int ne3) {
     const dim3 grid(NCOLS, n_head_kv*nrg, ne3);
-    // The merge with the splits spread over 8 warps (k_turbo_fattn_combine_par; run 16: decode op 35.0 -> 30.5 us
-    // at 32K keys), from 8 splits up: below, the one-warp merge is the quicker (run 16, combine_bench, us per launch,
-    // one warp / 8 warps: 1 split 1.96 / 2.22, 4 splits 2.06 / 2.29, 13 splits 3.17 / 2.84)
+    // The merge with the splits spread over 8 warps (k_turbo_fattn_combine_par) from 8 splits up, where its parallel
+    // loads win; below, the one-warp merge is the quicker, having less to set up (cuda/host-check/combine_bench)
     if (n_split >= 8) {
         ggml_cuda_turbo_launch(k_turbo_fattn_combine_par<D, QKB, V_turbo, NCOLS>, grid, dim3(TURBO_COMBINE_WARPS*WARP_SIZE), stream,
             part_acc, part_meta, sinks, dst, n_split, nrg, gqa, n_q, n_head);
@@ -94,36 +103,33 @@ static bool turbo_fattn_f16_aligned(const ggml_tensor * X) {
 // GPUs. A turbo K with a plain V there (H200, llama8b tg128 @32K, ratio to f16 of the same call, results/gpu.md; the
 // scalar kernel: 0.77x): turbo3/q8_0 1.09x, turbo3/f16 1.19x, turbo2/q8_0 1.11x, turbo2/f16 1.18x
 static bool turbo_fattn_uses_mma(const ggml_tensor * K, const ggml_tensor * V) {
-    if (ggml_cuda_is_turbo64_type(V->type)) {
-        return ggml_cuda_is_turbo64_type(K->type) && ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc);
+    if (ggml_cuda_turbo_qk(V->type) == QK_TURBO_64) {
+        return ggml_cuda_turbo_qk(K->type) == QK_TURBO_64 && ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc);
     }
     if (!ampere_mma_available(ggml_cuda_info().devices[ggml_cuda_get_device()].cc)) {
         return false;
     }
-    if (ggml_cuda_is_turbo128_type(K->type) && !ggml_cuda_is_turbo128_type(V->type)) {
+    if (ggml_cuda_turbo_qk(K->type) == QK_TURBO && ggml_cuda_turbo_qk(V->type) != QK_TURBO) {
         return V->type == GGML_TYPE_Q8_0 || turbo_fattn_f16_aligned(V);
     }
-    if (!ggml_cuda_is_turbo128_type(V->type)) {
+    if (ggml_cuda_turbo_qk(V->type) != QK_TURBO) {
         return false;
     }
-    return ggml_cuda_is_turbo128_type(K->type) || K->type == GGML_TYPE_Q8_0 || turbo_fattn_f16_aligned(K);
+    return ggml_cuda_turbo_qk(K->type) == QK_TURBO || K->type == GGML_TYPE_Q8_0 || turbo_fattn_f16_aligned(K);
 }
 
 // the tensor-core kernel's loop (fattn-turbo-mma.cuh). At D = 128 from 16K keys: two 16-key tiles per warp step
-// (v14) for turbo3 V, and for turbo2 K and V the same with the bare ex2.approx (run 22: turbo2 op 27.20 -> 25.57 us
-// @32K, 67.48 -> 66.17 @128K against v18; for turbo3 the two time the same); below 16K keys, and for turbo3 K with
-// turbo2 V, one tile per step (v11; run 14: v14 against v11, turbo3 36.7-37.0 -> 34.7-34.9 us @32K, 93.4-93.8 ->
-// 91.9-92.2 @128K, turbo2 lost at 128K; below 16K not measured). At D = 256 (Gemma 3) a warp pair per tile (v21; run
-// 20, Gemma 3 270M tg128 against v11 in three calls: turbo3 +3-11% at depth 0, +1-5% at 8K, turbo2 +5-14% at 0-24K)
+// for turbo3 V (two independent mma chains hide each other's latency once the splits are long), and for turbo2 K and
+// V the same with the bare ex2.approx (its softmax is a larger share of the step); below 16K keys, and for turbo3 K
+// with turbo2 V, one tile per step (the two-tile loop did not pay there). At D = 256 (Gemma 3) a warp pair per tile,
+// which halves each warp's chain and registers
 static turbo_mma_loop turbo_fattn_mma_loop(const int D, const ggml_type type_K, const ggml_type type_V, const int n_kv) {
     if (D == 256) {
         return TURBO_MMA_WARP_PAIR;   // (every pair)
     }
-    // q8_0 / f16 K, a q8_0 / f16 V at D = 128 and the 64-value types (D = 64): one tile per step, the only loop compiled. At D = 64
-    // (run 33, llama1b shape tg64, two rounds each against f16 in the same call) the two-tile loop measured within the
-    // noise at 32K (turbo3 640/628 against 602/636 t/s, turbo2 664/656 against 645/666, turbo4 637/629 against 632/639)
-    // and half the splits lost (turbo3 618/618 at 32K)
-    if (!ggml_cuda_is_turbo128_type(type_K) || !ggml_cuda_is_turbo128_type(type_V)) {
+    // q8_0 / f16 K, a q8_0 / f16 V at D = 128 and the 64-value types (D = 64): one tile per step, the only loop compiled.
+    // At D = 64 the two-tile loop was no faster (a step is short) and half the splits slower
+    if (ggml_cuda_turbo_qk(type_K) != QK_TURBO || ggml_cuda_turbo_qk(type_V) != QK_TURBO) {
         return TURBO_MMA_ONE_TILE;
     }
     if (n_kv >= 16384 && (type_V == GGML_TYPE_TURBO3 || (type_K == GGML_TYPE_TURBO4 && type_V == GGML_TYPE_TURBO4))) {
@@ -169,8 +175,8 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     // tensor-core kernel (v4 and its successors) on Ampere and newer for the pairs of turbo_fattn_uses_mma
     const bool use_mma = turbo_fattn_uses_mma(K, V);
     GGML_ASSERT(!rope || use_mma);   // ggml_cuda_turbo_rope_fa_fusable checked it
-    GGML_ASSERT(use_mma || !ggml_cuda_is_turbo64_type(V->type));   // ggml_cuda_turbo64_fattn_fused checked it
-    if (!use_mma && ggml_cuda_is_turbo128_type(K->type) && ggml_cuda_is_turbo128_type(V->type) && (K->type == GGML_TYPE_TURBO4 || V->type == GGML_TYPE_TURBO4)) {
+    GGML_ASSERT(use_mma || ggml_cuda_turbo_qk(V->type) != QK_TURBO_64);   // ggml_cuda_turbo64_fattn_fused checked it
+    if (!use_mma && ggml_cuda_turbo_qk(K->type) == QK_TURBO && ggml_cuda_turbo_qk(V->type) == QK_TURBO && (K->type == GGML_TYPE_TURBO4 || V->type == GGML_TYPE_TURBO4)) {
         GGML_ABORT("turbo flash attention: turbo4 with a turbo partner needs the tensor-core kernel");
     }
     const turbo_mma_loop loop = turbo_fattn_mma_loop(D, K->type, V->type, n_kv);
@@ -193,14 +199,13 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
                       : K->type == GGML_TYPE_TURBO2 ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_TURBO2>(D, V->type, loop)
                       : K->type == GGML_TYPE_Q8_0   ? ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_Q8_0>  (D, V->type, loop)
                                                     : ggml_cuda_turbo_fattn_mma_occupancy<GGML_TYPE_F16>   (D, V->type, loop);
-        target = occ*nsm;   // one wave: run 21, two and four waves cost ~8 and ~12-24 us per call
+        target = occ*nsm;   // one wave: more waves cost a tail each
     }
     // every warp of a v4 block gets a tile, and from 512 tiles (8192 keys) up at least 4: fewer splits (32 instead of
-    // 64 per KV head at 8K), so that the prologue/epilogue and the merge are paid over more keys (run 13, tg128 @8K:
-    // 269.8 -> 288.8 t/s with 4; at depth 0, 1 tile stayed ahead, 316.1 against 309.1). From ~17K keys up the
-    // one-wave cap below gives 4 or more anyway. That rule was tuned on 8 KV heads; with few (Gemma 3: one, at 8K
-    // 32 blocks for 132 SMs) the steps are halved while the blocks would not cover every SM once (run 19, Gemma 3
-    // tg128: +7.6% at 8K, +7.3% at 24K).
+    // 64 per KV head at 8K), so that the prologue/epilogue and the merge are paid over more keys (at depth 0 one tile
+    // per warp stays ahead). From ~17K keys up the one-wave cap below gives 4 or more anyway. That rule suits many KV
+    // heads; with few (Gemma 3: one, at 8K 32 blocks for 132 SMs) the steps are halved while the blocks would not
+    // cover every SM once, as idle SMs cost more than the extra merge work.
     const int walkers = loop == TURBO_MMA_WARP_PAIR ? TURBO_MMA_WARPS/2 : TURBO_MMA_WARPS;   // warps (pairs) that walk tiles
     int min_steps = n_tiles >= 512 ? 4 : 1;
     if (use_mma) {
@@ -229,9 +234,9 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     p.Q = (const char *) Q->data; p.K = (const char *) K->data; p.V = (const char *) V->data;
     p.rope = turbo_rope{};
     // the RoPE's cos/sin once per lane for a decode step's rows (one token: every row has the same position; the
-    // pad rows skipped). Run 17: the fused RoPE made the kernel 6.98 -> 8.34 us at depth 0, each lane computing
-    // them for both of its rows; run 18: 8.91 -> 8.04 us with them once
-    p.rope_once = rope && n_q == 1 && D == (ggml_cuda_is_turbo64_type(V->type) ? QK_TURBO_64 : QK_TURBO) ? 1 : 0;
+    // pad rows skipped): the cos/sin (powf, cosf, sinf per pair) are a visible share of a short decode kernel, so
+    // each lane computes them once instead of once per row
+    p.rope_once = rope && n_q == 1 && D == (ggml_cuda_turbo_qk(V->type) == QK_TURBO_64 ? QK_TURBO_64 : QK_TURBO) ? 1 : 0;
     GGML_ASSERT(!mul || rope);
     if (rope) {   // Q views the ROPE's output; its input has the same layout (ggml_cuda_turbo_rope_fa_fusable), and so
                   // has the MUL's input (ggml_cuda_turbo_rope_mul_fusable)
@@ -295,7 +300,7 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     CUDA_CHECK(cudaGetLastError());
 
     const bool V_turbo = ggml_cuda_is_turbo_type(V->type);
-    const int  V_qk    = ggml_cuda_is_turbo64_type(V->type) ? QK_TURBO_64 : QK_TURBO;   // the inverse rotation's block
+    const int  V_qk    = ggml_cuda_turbo_qk(V->type) == QK_TURBO_64 ? QK_TURBO_64 : QK_TURBO;   // the inverse rotation's block
     const float * sinks_d = sinks ? (const float *) sinks->data : nullptr;
     float * dst_d = (float *) dst->data;
 #define TURBO_COMBINE(DD, QKB, VT, NC) \
@@ -311,14 +316,13 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
 
 // the 64-value types' decode on the tensor-core kernel at D = 64 (K and V both of them, any widths; Ampere and newer),
 // reading the codes as the 128-value decode does, instead of decoding the whole cache to f16 for upstream's kernel
-// every step (turbo-64.cu, which keeps the prefill, other head sizes and q8_0 / f16 partners). Run 33, H200, llama1b
-// shape, turbo3_64 tg64 / f16: 0.82-0.85 at depth 0, 0.81-0.92 at 8K, 0.94-1.00 at 32K (converting, run 32: 0.69-0.73,
-// 0.52-0.55, 0.40-0.43)
+// every step (fattn-turbo-prefill.cu keeps the prefill, other head sizes and q8_0 / f16 partners): the conversion's cost
+// grows with the cache, this kernel reads fewer bytes than an f16 cache
 bool ggml_cuda_turbo64_fattn_fused(const ggml_tensor * dst) {
     const ggml_tensor * Q     = dst->src[0];
     const ggml_tensor * K     = dst->src[1];
     const ggml_tensor * V     = dst->src[2];
-    if (!ggml_cuda_is_turbo64_type(K->type) || !ggml_cuda_is_turbo64_type(V->type) || !turbo_fattn_uses_mma(K, V)) {
+    if (ggml_cuda_turbo_qk(K->type) != QK_TURBO_64 || ggml_cuda_turbo_qk(V->type) != QK_TURBO_64 || !turbo_fattn_uses_mma(K, V)) {
         return false;
     }
     if (Q->ne[1] > GGML_CUDA_TURBO_FA_MAX_BATCH || Q->ne[0] != 64 || K->ne[0] != 64 || V->ne[0] != 64) {
@@ -328,7 +332,7 @@ bool ggml_cuda_turbo64_fattn_fused(const ggml_tensor * dst) {
 }
 
 void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
-    if ((ggml_cuda_is_turbo64_type(dst->src[1]->type) || ggml_cuda_is_turbo64_type(dst->src[2]->type)) &&
+    if ((ggml_cuda_turbo_qk(dst->src[1]->type) == QK_TURBO_64 || ggml_cuda_turbo_qk(dst->src[2]->type) == QK_TURBO_64) &&
         !ggml_cuda_turbo64_fattn_fused(dst)) {
         ggml_cuda_turbo64_fattn(ctx, dst);
         return;
@@ -338,8 +342,7 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
 
 // llama's RoPE of Q, when only the decode attention reads it (ROPE -> PERMUTE -> views -> FLASH_ATTN_EXT, patch 0020
 // puts them next to each other), is done by the attention kernel as it loads q: one launch fewer per layer and token
-// (run 17, depth 0: 32 rope launches of 2.3 us gone, the attention kernel 6.98 -> 8.34 us, 75 us less kernel time
-// per token; tg128 325.4 -> 328.1 t/s at depth 0, 252.1 -> 255.2 at 32K). Returns how many
+// (a RoPE launch per layer costs more than the kernel's extra work on a few rows). Returns how many
 // nodes after the ROPE (node i) the fused attention takes, or 0. The RoPEs that 0018's K write does
 // (ggml_cuda_turbo_rope_on_load_ok); the tensor-core kernel only (128-value K, or the 64-value types at D = 64); the
 // ROPE's input read in place of its output (same layout).
@@ -359,14 +362,15 @@ int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
     for (int j = i + 1; j < cgraph->n_nodes && j <= i + 12; ++j) {
         const ggml_tensor * n = cgraph->nodes[j];
         if (n->op == GGML_OP_FLASH_ATTN_EXT) {
-            // the output may share memory with the ROPE's input (ggml-alloc frees that after the ROPE: run 17 saw no
-            // fusion while this was required): harmless, as the attention kernel writes only partials and the merge kernel writes the output after every block has read its q
+            // the output may share memory with the ROPE's input (ggml-alloc frees that after the ROPE, so requiring
+            // otherwise would refuse every fusion): harmless, as the attention kernel writes only partials and the
+            // merge kernel writes the output after every block has read its q
             // one KV stream only (Q's ne[3] == 1): the kernel takes a row's position by its token index within a
             // stream, so with llama's non-unified cache (streams in ne[3], e.g. llama-server -np 2) every stream would
             // get stream 0's positions; those graphs keep upstream's ROPE kernel
             return q != rope && n->src[0] == q && q->view_src == rope && ggml_cuda_turbo_fattn_pair_supported(n) &&
                 n->src[0]->ne[1] <= GGML_CUDA_TURBO_FA_MAX_BATCH && n->src[0]->ne[0] == D && n->src[0]->ne[3] == 1 &&
-                ((ggml_cuda_is_turbo128_type(n->src[1]->type) && turbo_fattn_uses_mma(n->src[1], n->src[2])) ||
+                ((ggml_cuda_turbo_qk(n->src[1]->type) == QK_TURBO && turbo_fattn_uses_mma(n->src[1], n->src[2])) ||
                  ggml_cuda_turbo64_fattn_fused(n)) ? j - i : 0;
         }
         if (!ggml_op_is_empty(n->op)) {
@@ -384,7 +388,7 @@ int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, const int i) {
 
 void ggml_cuda_turbo_rope_fa(ggml_backend_cuda_context & ctx, const ggml_tensor * rope, ggml_tensor * fa,
         const ggml_tensor * mul) {
-    // said once, so that a run's log shows the fusion happened (run 17: a check on the graph refused it unseen)
+    // said once, so that a log shows the fusion happened (a check on the graph can refuse it unseen)
     static bool said = false;
     if (!said) {
         said = true;

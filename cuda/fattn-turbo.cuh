@@ -16,17 +16,6 @@
 #define TURBO_FA_THREADS 128
 #define TURBO_FA_TILE    32   // keys per tile: 4 threads per key in the scores phase, one lane per key in the softmax
 
-template <ggml_type type> struct turbo_fa_stage;
-template <> struct turbo_fa_stage<GGML_TYPE_TURBO3> { static constexpr int qsw = 12; static constexpr int bs = 50; static constexpr int bits = 3; };
-template <> struct turbo_fa_stage<GGML_TYPE_TURBO2> { static constexpr int qsw = 8;  static constexpr int bs = 34; static constexpr int bits = 2; };
-template <> struct turbo_fa_stage<GGML_TYPE_TURBO4> { static constexpr int qsw = 16; static constexpr int bs = 66; static constexpr int bits = 4; };
-template <> struct turbo_fa_stage<GGML_TYPE_F16>    { static constexpr int qsw = 0;  static constexpr int bs = 0;  static constexpr int bits = 0; };
-template <> struct turbo_fa_stage<GGML_TYPE_Q8_0>   { static constexpr int qsw = 0;  static constexpr int bs = 0;  static constexpr int bits = 0; };
-// the 64-value types: their code width only (the tensor-core decode at D = 64; this scalar kernel does not take them)
-template <> struct turbo_fa_stage<GGML_TYPE_TURBO3_64> { static constexpr int qsw = 0; static constexpr int bs = 0; static constexpr int bits = 3; };
-template <> struct turbo_fa_stage<GGML_TYPE_TURBO2_64> { static constexpr int qsw = 0; static constexpr int bs = 0; static constexpr int bits = 2; };
-template <> struct turbo_fa_stage<GGML_TYPE_TURBO4_64> { static constexpr int qsw = 0; static constexpr int bs = 0; static constexpr int bits = 4; };
-
 // cell 0 (the first key, which takes much of the attention) with its exact rows (ggml_flash_attn_ext_set_cell0). When
 // on, the split blocks walk keys 1.. (turbo_fa_params' K, V and mask start one key in, n_kv is one less: their loops
 // are the same as without), and key 0's partial result goes into the group's last split slot, which the combine
@@ -53,15 +42,6 @@ struct turbo_fa_params {
     turbo_fa_cell0 c0;
 };
 
-static __device__ __forceinline__ float turbo_alibi_slope(const float max_bias, const uint32_t h, const uint32_t n_head_log2, const float m0, const float m1) {
-    if (max_bias <= 0.0f) {
-        return 1.0f;
-    }
-    const float base = h < n_head_log2 ? m0 : m1;
-    const int   exph = h < n_head_log2 ? h + 1 : 2*(h - n_head_log2) + 1;
-    return powf(base, exph);
-}
-
 static __device__ __forceinline__ bool turbo_fa_isnan(const float x) {
     return (__float_as_uint(x) & 0x7fffffffu) > 0x7f800000u;   // (a bit test: ggml-cuda builds with fast math)
 }
@@ -70,7 +50,7 @@ static __device__ __forceinline__ bool turbo_fa_isnan(const float x) {
 // centroid, as the split blocks take it), f16 and q8_0 rows as they are
 template <ggml_type type>
 static __device__ __forceinline__ float turbo_fa_row_value(const char * row, const int d) {
-    if constexpr (ggml_cuda_type_is_turbo(type) || ggml_cuda_type_is_turbo64(type)) {
+    if constexpr (ggml_cuda_is_turbo_type(type)) {
         constexpr int bits = turbo_traits<type>::bits, qk = turbo_traits<type>::qk;
         const uint8_t * blk = (const uint8_t *) row + (d / qk)*sizeof(typename turbo_traits<type>::block_t);
         const uint8_t * qs = blk + 2;
@@ -128,7 +108,7 @@ static __device__ void turbo_fa_cell0_block(const turbo_fa_params & p, const int
         }
         if (c0.mask) {
             const half * m = (const half *) (c0.mask + (int64_t) (iq3 % p.ne33)*p.nb33 + (int64_t) j*p.nb31);
-            s += turbo_alibi_slope(p.max_bias, h, p.n_head_log2, p.m0, p.m1)*__half2float(m[0]);
+            s += get_alibi_slope(p.max_bias, h, p.n_head_log2, p.m0, p.m1)*__half2float(m[0]);
         }
         float * acc = p.part_acc + (slot*NR + r)*D;
         for (int d = lane; d < D; d += WARP_SIZE) {
@@ -144,8 +124,8 @@ static __device__ void turbo_fa_cell0_block(const turbo_fa_params & p, const int
 template <ggml_type type, int NB>
 static __device__ __forceinline__ void turbo_fa_stage_tile(const char * base, const int64_t nb1, const int k0, const int n_kv,
         uint32_t * words, float * norms) {
-    constexpr int QSW = turbo_fa_stage<type>::qsw;
-    constexpr int BS  = turbo_fa_stage<type>::bs;
+    constexpr int QSW = turbo_traits<type>::qsw;
+    constexpr int BS  = turbo_traits<type>::bs;
     constexpr int STRIDE = QSW*NB + 1;
     const int tid = threadIdx.x;
     for (int it = tid; it < TURBO_FA_TILE*NB*QSW; it += TURBO_FA_THREADS) {
@@ -175,13 +155,13 @@ static __device__ __forceinline__ void turbo_fa_stage_tile(const char * base, co
 // latency overlaps the compute of the current tile), then the stores into shared memory
 template <ggml_type type, int NB>
 struct turbo_fa_pref {
-    static constexpr int QSW = turbo_fa_stage<type>::qsw;
+    static constexpr int QSW = turbo_traits<type>::qsw;
     static constexpr int NW  = (TURBO_FA_TILE*NB*QSW + TURBO_FA_THREADS - 1) / TURBO_FA_THREADS;
     uint32_t w[NW];
     half     n;
 
     __device__ __forceinline__ void load(const char * base, const int64_t nb1, const int k0, const int n_kv) {
-        constexpr int BS = turbo_fa_stage<type>::bs;
+        constexpr int BS = turbo_traits<type>::bs;
         const int tid = threadIdx.x;
 #pragma unroll
         for (int i = 0; i < NW; ++i) {
@@ -255,9 +235,9 @@ template <int D, ggml_type type_K, ggml_type type_V, int NCOLS>
 __launch_bounds__(TURBO_FA_THREADS)
 static __global__ void k_turbo_fattn(const turbo_fa_params p) {
     constexpr int NB = D / QK_TURBO;
-    constexpr bool K_turbo = ggml_cuda_type_is_turbo(type_K);
-    constexpr bool V_turbo = ggml_cuda_type_is_turbo(type_V);
-    constexpr int KQSW = turbo_fa_stage<type_K>::qsw, VQSW = turbo_fa_stage<type_V>::qsw;
+    constexpr bool K_turbo = ggml_cuda_turbo_qk(type_K) == QK_TURBO;
+    constexpr bool V_turbo = ggml_cuda_turbo_qk(type_V) == QK_TURBO;
+    constexpr int KQSW = turbo_traits<type_K>::qsw, VQSW = turbo_traits<type_V>::qsw;
     constexpr int KSTRIDE = KQSW*NB + 1, VSTRIDE = VQSW*NB + 1;
     constexpr int KWORDS = K_turbo ? TURBO_FA_TILE*KSTRIDE : 1;
     constexpr int VWORDS = V_turbo ? TURBO_FA_TILE*VSTRIDE : 1;
@@ -275,8 +255,8 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
     __shared__ float    S_tile[TURBO_FA_TILE*NCOLS];
     __shared__ float    M_sh[NCOLS], S_sh[NCOLS], A_sh[NCOLS], slope_sh[NCOLS];
     __shared__ int      row_j_sh[NCOLS];
-    __shared__ float2   pairK[turbo_fa_stage<type_K>::bits == 4 ? 256 : 64];
-    __shared__ float    ctabV[turbo_fa_stage<type_V>::bits == 4 ? 16 : 8];
+    __shared__ float2   pairK[turbo_traits<type_K>::bits == 4 ? 256 : 64];
+    __shared__ float    ctabV[turbo_traits<type_V>::bits == 4 ? 16 : 8];
 
     float * q_sh = (float *) q_sh4;
     float * P_sh = (float *) P_sh4;
@@ -293,7 +273,7 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
 
     if (tid < 64) {
         // centroid pairs of two consecutive values: index = lo bits (2+2) | hi bits (1+1) << 4
-        constexpr int kb = turbo_fa_stage<type_K>::bits;
+        constexpr int kb = turbo_traits<type_K>::bits;
         if (kb == 3) {
             const int lo = tid & 15, hi = tid >> 4;
             pairK[tid] = make_float2(turbo_d_c3[(lo & 3) | ((hi & 1) << 2)], turbo_d_c3[(lo >> 2) | ((hi >> 1) << 2)]);
@@ -301,17 +281,17 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
             pairK[tid] = make_float2(turbo_d_c2[tid & 3], turbo_d_c2[(tid >> 2) & 3]);
         }
     }
-    if (turbo_fa_stage<type_K>::bits == 4) {
+    if (turbo_traits<type_K>::bits == 4) {
         // turbo4: a qs byte (the codes of two consecutive values) is the index
         for (int i = tid; i < 256; i += TURBO_FA_THREADS) {
             pairK[i] = make_float2(turbo_d_c4[i & 15], turbo_d_c4[i >> 4]);
         }
     }
     if (tid < 8) {
-        if (turbo_fa_stage<type_V>::bits == 3) ctabV[tid] = turbo_d_c3[tid];
-        if (turbo_fa_stage<type_V>::bits == 2) ctabV[tid] = turbo_d_c2[tid & 3];
+        if (turbo_traits<type_V>::bits == 3) ctabV[tid] = turbo_d_c3[tid];
+        if (turbo_traits<type_V>::bits == 2) ctabV[tid] = turbo_d_c2[tid & 3];
     }
-    if (turbo_fa_stage<type_V>::bits == 4 && tid < 16) {
+    if (turbo_traits<type_V>::bits == 4 && tid < 16) {
         ctabV[tid] = turbo_d_c4[tid];
     }
     if (tid < NCOLS) {
@@ -319,7 +299,7 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
         const int j = rho < R ? rho / p.gqa : 0;
         const int h = hk*p.gqa + (rho < R ? rho % p.gqa : 0);
         row_j_sh[tid] = j;
-        slope_sh[tid] = turbo_alibi_slope(p.max_bias, h, p.n_head_log2, p.m0, p.m1);
+        slope_sh[tid] = get_alibi_slope(p.max_bias, h, p.n_head_log2, p.m0, p.m1);
         M_sh[tid] = -INFINITY;
         S_sh[tid] = 0.0f;
     }
@@ -415,7 +395,7 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
                     for (int r = 0; r < NCOLS; ++r) bs[r] = 0.0f;
                     const int e0 = b*QK_TURBO + qq*32;
                     if constexpr (K_turbo) {
-                        constexpr int bits = turbo_fa_stage<type_K>::bits;
+                        constexpr int bits = turbo_traits<type_K>::bits;
                         const uint32_t * w = kw_sh + kq*KSTRIDE + b*KQSW;
                         const uint32_t lo0 = w[bits == 4 ? 0 : 2*qq], lo1 = w[bits == 4 ? 0 : 2*qq + 1];
                         const uint32_t hi  = bits == 3 ? w[8 + qq] : 0u;
@@ -521,7 +501,7 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
             }
             const int nk = min(TURBO_FA_TILE, p.n_kv - k0);
             if constexpr (V_turbo) {
-                constexpr int bits = turbo_fa_stage<type_V>::bits;
+                constexpr int bits = turbo_traits<type_V>::bits;
 #pragma unroll 4
                 for (int kk = 0; kk < nk; ++kk) {
 #pragma unroll
@@ -663,9 +643,8 @@ static __device__ __forceinline__ void turbo_fattn_store_block(float * out, floa
 }
 
 // merges the splits of one output row, applies the sink and the inverse rotation (turbo V), writes dst: one warp per
-// QKB-block of the row, QKB/32 values per lane, the FWHT by shuffles (run 12: 2.94 against 3.17 us per launch for the
-// block-wide merge with the butterflies in shared memory, bit-identical, since removed); at depth 0 the merge is a
-// launch per layer on the decode step's critical path
+// QKB-block of the row, QKB/32 values per lane, the FWHT by shuffles (no shared-memory butterflies and barriers); at
+// depth 0 the merge is a launch per layer on the decode step's critical path
 template <int D, int QKB, bool V_turbo, int NCOLS>
 __launch_bounds__(D/QKB*WARP_SIZE)
 static __global__ void k_turbo_fattn_combine_warp(const float * part_acc, const float2 * part_meta,
@@ -687,11 +666,10 @@ static __global__ void k_turbo_fattn_combine_warp(const float * part_acc, const 
     turbo_fattn_store_block<QKB, V_turbo>(dst + (((int64_t) blockIdx.z*n_q + row.j)*n_head + row.h)*D + blk*QKB, v, lane);
 }
 
-// The split merge for many splits (from 8 splits up, since run 16; below, the one-warp merge above). At 32K and
-// 128K keys a row has ~50 splits, and the one-warp merge above walks them in rounds of 4 whose value loads wait for
-// the metas (the -inf test): two dependent trips to L2 per round. The op's time beyond the attention kernel's
-// (ncu) was 9.4 us at 32K (run 11, 64 splits), 12.2 us (run 11) and 6.5 us (run 14, 49 splits) at 128K, against
-// 2.9 us for the merge at depth 0 (4 splits). Here TURBO_COMBINE_WARPS warps take the splits in turn; a warp loads
+// The split merge for many splits (from 8 splits up; below, the one-warp merge above). At 32K and 128K keys a row has
+// ~50 splits, and the one-warp merge above walks them in rounds of 4 whose value loads wait for the metas (the -inf
+// test): two dependent trips to L2 per round, several times the merge's cost at depth 0. Here TURBO_COMBINE_WARPS
+// warps take the splits in turn; a warp loads
 // the metas and values of up to TURBO_COMBINE_UNROLL of its splits at once (no load waits for another), merges
 // them against its own running maximum, and the block merges the warps' results through shared memory; then one
 // warp per 128-block applies the inverse rotation and stores, as turbo_fattn_store_block does. The summation order
@@ -797,7 +775,7 @@ void ggml_cuda_turbo_fattn_launch(cudaStream_t stream, const int D, const ggml_t
         TURBO_FA_CASES_V(GGML_TYPE_TURBO3)
         TURBO_FA_CASES_V(GGML_TYPE_TURBO2)
     }
-    if constexpr (ggml_cuda_type_is_turbo(type_K)) {
+    if constexpr (ggml_cuda_turbo_qk(type_K) == QK_TURBO) {
         TURBO_FA_CASES_V(GGML_TYPE_F16)
         TURBO_FA_CASES_V(GGML_TYPE_Q8_0)
     } else {

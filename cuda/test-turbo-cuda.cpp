@@ -1,7 +1,7 @@
 // turbo-llama: bit-exactness of the CUDA turbo write path against the CPU reference.
 //
 // SET_ROWS (f32 and f16 sources) and CPY into turbo4/turbo3/turbo2 and their 64-value forms (turbo4_64/turbo3_64/
-// turbo2_64, one warp per 64-block: cuda/turbo-64.cu) are computed on CUDA0 through ggml-backend;
+// turbo2_64, one warp per 64-block, cuda/turbo.cu's kernels) are computed on CUDA0 through ggml-backend;
 // every written block is compared byte for byte with ggml_quantize_chunk (= quantize_row_turbo*_ref, *_64_ref).
 // GET_ROWS back to f32 on CUDA0 is compared bit for bit with the type's to_float (dequantize_row_turbo*).
 // Rows cover normal, uniform, large (> 2^32, the rescaled path), small (FP16-subnormal norms), constant,

@@ -12,6 +12,7 @@
 
 #include "common.cuh"
 #include "ggml-turbo.h"
+#include "turbo.cuh"
 
 #define TURBO_CUDA_INV_SQRT_QK 0.0883883476483184405f
 #define TURBO_CUDA_FP16_MAX    65504.0f
@@ -47,7 +48,7 @@ static __device__ __constant__ float turbo_d_b4[15] = TURBO_CUDA_B4;
 
 #define TURBO64_INV_SQRT 0.125f   // 1/sqrt(64), exact
 // the 64-value blocks' d = 64 codebooks (turbo-codebooks-64.h) as device literals, compared with the host arrays at
-// first use (turbo-64.cu)
+// first use (turbo.cu)
 #define TURBO64_CUDA_C3 { -2.639118904e-01f, -1.661654508e-01f, -9.383050444e-02f, -3.046860396e-02f, \
                            3.046860396e-02f,  9.383050444e-02f,  1.661654508e-01f,  2.639118904e-01f }
 #define TURBO64_CUDA_B3 { -2.150386706e-01f, -1.299979776e-01f, -6.214955420e-02f, 0.000000000e+00f, \
@@ -94,9 +95,11 @@ static __device__ __forceinline__ int turbo_code_of(const float y, float & cv) {
 }
 
 // the stored FP16 norm: the block's length len over its centroids' length clen (norm correction), times 2^e when
-// the block was scaled by 2^-e first (two exact power-of-two multiplies), clamped to FP16's range
-static __device__ __forceinline__ uint16_t turbo_norm_half(const float len, const float clen, const int e) {
-    float norm = __fdiv_rn(__fmul_rn(len, TURBO_CUDA_INV_SQRT_QK), clen);
+// the block was scaled by 2^-e first (two exact power-of-two multiplies), clamped to FP16's range; inv_sqrt_qk:
+// 1/sqrt of the block's values (128, or 64 for the 64-value types)
+static __device__ __forceinline__ uint16_t turbo_norm_half(const float len, const float clen, const int e,
+        const float inv_sqrt_qk = TURBO_CUDA_INV_SQRT_QK) {
+    float norm = __fdiv_rn(__fmul_rn(len, inv_sqrt_qk), clen);
     if (e != 0) {
         const int e1 = e / 2, e2 = e - e / 2;
         norm = __fmul_rn(__fmul_rn(norm, __uint_as_float((uint32_t) (127 + e1) << 23)),
@@ -118,54 +121,48 @@ static __device__ __forceinline__ int turbo_prescale(const float amax, float & p
 }
 // ---- end of the encode helpers
 
+// the NaN/Inf test of both warp encoders (a bit test: ggml-cuda builds with fast math; cuda/host-check's shims have
+// their own copy, as this sits outside the parts they compile)
+static __device__ __forceinline__ bool turbo_is_finite(const float x) {
+    return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u;
+}
+
 void ggml_cuda_turbo_check_tables(void);
 
-static constexpr __host__ __device__ bool ggml_cuda_type_is_turbo(ggml_type t) {
-    return t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO2 || t == GGML_TYPE_TURBO4;
-}
-// the 64-value block types (head_dim 64 models; turbo-64.cu, and the tensor-core decode at D = 64)
-static constexpr __host__ __device__ bool ggml_cuda_type_is_turbo64(ggml_type t) {
-    return t == GGML_TYPE_TURBO3_64 || t == GGML_TYPE_TURBO2_64 || t == GGML_TYPE_TURBO4_64;
-}
-
+// The per-type facts of the K/V types that the turbo kernels read, in one table, derived from the block structs of
+// ggml-turbo.h: qk values per block, bits per code, bs = sizeof(block_t); qsw, the 32-bit words of a block's codes as
+// the scalar decode attention stages them (fattn-turbo.cuh; the 128-value types only, 0 for the rest, which it does
+// not stage); row_bytes, the bytes of one block of a row (qk values; 128 for f16 and q8_0) as the tensor-core decode
+// stages them (fattn-turbo-mma.cuh)
+template <typename block, int QK, int BITS> struct turbo_traits_of_block {
+    typedef block block_t;
+    static constexpr int qk        = QK;
+    static constexpr int bits      = BITS;
+    static constexpr int bs        = (int) sizeof(block);
+    static constexpr int qsw       = QK == QK_TURBO ? (int) sizeof(block::qs)/4 : 0;
+    static constexpr int row_bytes = bs;
+    static_assert(sizeof(block) == sizeof(uint16_t) + QK*BITS/8, "a turbo block is its norm and its codes");
+};
 template <ggml_type type> struct turbo_traits;
-template <> struct turbo_traits<GGML_TYPE_TURBO3> {
-    typedef block_turbo3 block_t;
-    static constexpr int qk = QK_TURBO;
-    static constexpr int bits = 3;
-    static constexpr int n_boundaries = 7;
-    static constexpr int qs_bytes = TURBO3_QS_BYTES;
+template <> struct turbo_traits<GGML_TYPE_TURBO3>    : turbo_traits_of_block<block_turbo3,    QK_TURBO,    3> {};
+template <> struct turbo_traits<GGML_TYPE_TURBO2>    : turbo_traits_of_block<block_turbo2,    QK_TURBO,    2> {};
+template <> struct turbo_traits<GGML_TYPE_TURBO4>    : turbo_traits_of_block<block_turbo4,    QK_TURBO,    4> {};
+template <> struct turbo_traits<GGML_TYPE_TURBO3_64> : turbo_traits_of_block<block_turbo3_64, QK_TURBO_64, 3> {};
+template <> struct turbo_traits<GGML_TYPE_TURBO2_64> : turbo_traits_of_block<block_turbo2_64, QK_TURBO_64, 2> {};
+template <> struct turbo_traits<GGML_TYPE_TURBO4_64> : turbo_traits_of_block<block_turbo4_64, QK_TURBO_64, 4> {};
+// the plain partners of a turbo K or V: no codes, 128 values per staged block
+template <> struct turbo_traits<GGML_TYPE_F16> {
+    static constexpr int qk = 0, bits = 0, bs = 0, qsw = 0;
+    static constexpr int row_bytes = QK_TURBO*(int) sizeof(half);
 };
-template <> struct turbo_traits<GGML_TYPE_TURBO2> {
-    typedef block_turbo2 block_t;
-    static constexpr int qk = QK_TURBO;
-    static constexpr int bits = 2;
-    static constexpr int n_boundaries = 3;
-    static constexpr int qs_bytes = TURBO2_QS_BYTES;
+template <> struct turbo_traits<GGML_TYPE_Q8_0> {
+    static constexpr int qk = 0, bits = 0, bs = 0, qsw = 0;
+    static constexpr int row_bytes = QK_TURBO/QK8_0*(int) sizeof(block_q8_0);
 };
-template <> struct turbo_traits<GGML_TYPE_TURBO4> {
-    typedef block_turbo4 block_t;
-    static constexpr int qk = QK_TURBO;
-    static constexpr int bits = 4;
-    static constexpr int n_boundaries = 15;
-    static constexpr int qs_bytes = TURBO4_QS_BYTES;
-};
-
-template <> struct turbo_traits<GGML_TYPE_TURBO3_64> {
-    typedef block_turbo3_64 block_t;
-    static constexpr int qk = QK_TURBO_64;
-    static constexpr int bits = 3;
-};
-template <> struct turbo_traits<GGML_TYPE_TURBO2_64> {
-    typedef block_turbo2_64 block_t;
-    static constexpr int qk = QK_TURBO_64;
-    static constexpr int bits = 2;
-};
-template <> struct turbo_traits<GGML_TYPE_TURBO4_64> {
-    typedef block_turbo4_64 block_t;
-    static constexpr int qk = QK_TURBO_64;
-    static constexpr int bits = 4;
-};
+// the host's view of the same: the code bits of a turbo type (its block size: ggml_cuda_turbo_qk)
+static constexpr int ggml_cuda_turbo_bits(const ggml_type t) {
+    return t == GGML_TYPE_TURBO4 || t == GGML_TYPE_TURBO4_64 ? 4 : t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO3_64 ? 3 : 2;
+}
 
 // centroid c of the codebook of a block of qk values (128: turbo_centroid; 64: the d = 64 codebooks)
 template <int qk>
@@ -225,7 +222,7 @@ static __device__ __forceinline__ void turbo_warp_fwht(float v[4], const int lan
     }
 }
 
-// ---- the 64-point FWHT (cuda/host-check/turbo64_check.sh compiles it with turbo-64.cu's warp helpers)
+// ---- the 64-point FWHT (cuda/host-check/turbo64_check.sh compiles it with the 64-value warp helpers below)
 // unnormalized FWHT of 64 values, butterflies of span 1, 2, ..., 32 as the C code (t[j] = a + b, t[j+h] = a - b)
 static __device__ __forceinline__ void turbo64_warp_fwht(float v[2], const int lane) {
 #pragma unroll
@@ -243,7 +240,7 @@ static __device__ __forceinline__ void turbo64_warp_fwht(float v[2], const int l
 // ---- end of the 64-point FWHT
 
 // ---- the block in one warp: value lane + 32k in v[k], k = 0, 1 -------------------------------------------------------
-// (the 64-value types' writes in turbo.cu, their reads in turbo-64.cu; from here to "end of the warp helpers",
+// (the 64-value instances of turbo.cu's writes and reads; from here to "end of the warp helpers",
 // cuda/host-check/turbo64_check.sh compiles the code as host code with the warp's 32 lanes emulated, against the C
 // reference)
 static __device__ __forceinline__ float turbo64_centroid(const int bits, const int c) {
@@ -286,7 +283,7 @@ static __device__ __forceinline__ uint16_t turbo64_warp_encode(const float x[2],
     float amax = 0.0f;
 #pragma unroll
     for (int k = 0; k < 2; ++k) {
-        bad |= (__float_as_uint(x[k]) & 0x7f800000u) == 0x7f800000u;
+        bad |= !turbo_is_finite(x[k]);
         const float a = fabsf(x[k]);
         amax = a > amax ? a : amax;
         codes[k] = 0;
@@ -330,17 +327,7 @@ static __device__ __forceinline__ uint16_t turbo64_warp_encode(const float x[2],
         codes[k] = turbo64_code_of<bits>(__fmul_rn(t[k], inv), cv);
         s[k] = __fmul_rn(cv, cv);
     }
-    const float clen = __fsqrt_rn(turbo64_warp_tree_sum(s));
-    float norm = __fdiv_rn(__fmul_rn(len, TURBO64_INV_SQRT), clen);
-    if (e != 0) {
-        const int e1 = e / 2, e2 = e - e / 2;
-        norm = __fmul_rn(__fmul_rn(norm, __uint_as_float((uint32_t) (127 + e1) << 23)),
-                         __uint_as_float((uint32_t) (127 + e2) << 23));
-    }
-    if (!(norm <= TURBO_CUDA_FP16_MAX)) {
-        norm = TURBO_CUDA_FP16_MAX;
-    }
-    return __half_as_ushort(__float2half_rn(norm));
+    return turbo_norm_half(len, __fsqrt_rn(turbo64_warp_tree_sum(s)), e, TURBO64_INV_SQRT);
 }
 
 // the block (norm + packed codes) from the warp's codes; a zero norm stores all codes 0
@@ -466,10 +453,6 @@ static __device__ __forceinline__ float turbo_warp_tree_sum(const float s[4]) {
         a = __fadd_rn(a, o);                  // meaningful for lane < h: s[lane] + s[lane + h]
     }
     return __shfl_sync(0xffffffff, a, 0);
-}
-
-static __device__ __forceinline__ bool turbo_is_finite(const float x) {
-    return (__float_as_uint(x) & 0x7f800000u) != 0x7f800000u;
 }
 
 // Encodes the block held by the warp; returns the fp16 norm bits, writes codes[k] for value lane+32k (all
@@ -613,7 +596,7 @@ static __device__ __forceinline__ void turbo_warp_decode(const uint8_t * src_blo
 
 // ---- RoPE on load -------------------------------------------------------------------------------------------------
 // upstream's ROPE (normal or neox), done by a turbo kernel on the values it loads: the K rows when llama's RoPE of K
-// is fused into the K write (patch 0018; run 12: 32 launches fewer per token), q in the decode attention kernel when
+// is fused into the K write (patch 0018: a launch fewer per layer and token), q in the decode attention kernel when
 // Q's RoPE is deferred into it (patches 0020-0021). The same float operations as ggml-cuda's rope
 // kernels (rope.cu), per value (cuda/host-check/rope_check.sh compares them with ggml's CPU ROPE)
 struct turbo_rope {

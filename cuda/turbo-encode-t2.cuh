@@ -3,8 +3,8 @@
 //
 // Why: the warp and 4-thread writes spend most of their instructions moving values between lanes (shuffles for
 // the FWHT and the tree sums) and selecting a code and a centroid per boundary (7 per value): ~63 warp-instruction
-// slots per value for the 4-thread kernel (ncu, run 22; removed since), at 21.7% of a device copy's bandwidth. This one: ~34, at
-// 29.8% (4096 rows of 1024: 15.4 -> 11.2 us), latency-bound in a one-wave grid (results/gpu.md, run 22).
+// slots per value for a 4-thread kernel, well below a device copy's bandwidth. This one takes about half as many,
+// and is then latency-bound in a one-wave grid (results/gpu.md).
 // Here the two threads of a pair split the block by parity: thread par holds t[2k + par], k = 0..63. The first
 // butterflies (span 1) pair an even with an odd value, so each thread reads all 128 inputs and keeps its side of
 // them (a + b or a - b); every later span (2..64) pairs values of one parity, i.e. the thread's own 64-point FWHT

@@ -1,11 +1,13 @@
 // turbo-llama: write path (SET_ROWS, CPY to turbo) and read path (GET_ROWS, CPY from turbo, to_fp16/fp32)
-// for the turbo4/turbo3/turbo2 KV-cache types. One warp per 128-value block; bit-exact with cpu_ref/ggml-turbo.c.
-// The SET_ROWS kernels and their fused forms (key offset, K/V pair, K's RoPE) serve the 64-value types too (one warp
-// per 64-value block, their encoder from turbo-common.cuh); their other ops are turbo-64.cu's.
+// for the turbo KV-cache types: turbo4/turbo3/turbo2 (128-value blocks) and their 64-value forms turbo4_64/turbo3_64/
+// turbo2_64 (head_dim 64 models; cpu_ref/ggml-turbo.h's "64-value blocks"). Each kernel is one template over the block
+// size, one warp per block (lane l holds values l + 32k), its per-block work turbo-common.cuh's warp helpers of that
+// size; bit-exact with cpu_ref/ggml-turbo.c. (The 2-thread bulk write, turbo-encode-t2.cuh, is the 128-value types'.)
 #include "turbo-common.cuh"
 #include "turbo.cuh"
 #include "turbo-encode-t2.cuh"
 #include "turbo-codebooks.h"
+#include "turbo-codebooks-64.h"
 
 #include <cstring>
 
@@ -39,16 +41,15 @@ void ggml_cuda_turbo_check_tables(void) {
     if (!sym) {
         GGML_ABORT("turbo-llama: the turbo codebooks are not symmetric, which the CUDA write assumes");
     }
+    // the 64-value blocks' codebooks (their signs: the first two sign words)
+    const float c3_64[8] = TURBO64_CUDA_C3, b3_64[7] = TURBO64_CUDA_B3, c2_64[4] = TURBO64_CUDA_C2, b2_64[3] = TURBO64_CUDA_B2;
+    const float c4_64[16] = TURBO64_CUDA_C4, b4_64[15] = TURBO64_CUDA_B4;
+    if (memcmp(c3_64, turbo3_64_centroids, sizeof(c3_64)) != 0 || memcmp(b3_64, turbo3_64_boundaries, sizeof(b3_64)) != 0 ||
+        memcmp(c2_64, turbo2_64_centroids, sizeof(c2_64)) != 0 || memcmp(b2_64, turbo2_64_boundaries, sizeof(b2_64)) != 0 ||
+        memcmp(c4_64, turbo4_64_centroids, sizeof(c4_64)) != 0 || memcmp(b4_64, turbo4_64_boundaries, sizeof(b4_64)) != 0) {
+        GGML_ABORT("turbo-llama: the CUDA copies of the 64-value turbo codebooks differ from turbo-codebooks-64.h");
+    }
     checked = true;
-}
-
-static inline int turbo_bits(ggml_type t) {
-    return t == GGML_TYPE_TURBO4 || t == GGML_TYPE_TURBO4_64 ? 4 : t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO3_64 ? 3 : 2;
-}
-
-// the values of one block of a turbo type
-static inline int turbo_qk(ggml_type t) {
-    return ggml_cuda_is_turbo64_type(t) ? QK_TURBO_64 : QK_TURBO;
 }
 
 static inline dim3 turbo_grid(int64_t nblk) {
@@ -59,6 +60,38 @@ template <typename T> static __device__ __forceinline__ float turbo_to_f32(T x) 
 template <> __device__ __forceinline__ float turbo_to_f32<half>(half x) { return __half2float(x); }
 template <typename T> static __device__ __forceinline__ T turbo_from_f32(float x) { return (T) x; }
 template <> __device__ __forceinline__ half turbo_from_f32<half>(float x) { return __float2half_rn(x); }
+
+// One warp per block of qk values (QK_TURBO, or QK_TURBO_64 for the 64-value types) in the kernels below; lane l holds
+// the values l + 32k, nv = qk/32 of them. The block's encode, store and decode: turbo-common.cuh's warp helpers of that
+// block size
+template <int bits, int qk>
+static __device__ __forceinline__ uint16_t turbo_warp_encode_qk(const float v[qk/WARP_SIZE], int codes[qk/WARP_SIZE],
+        const int lane) {
+    if constexpr (qk == QK_TURBO_64) {
+        return turbo64_warp_encode<bits>(v, codes, lane);
+    } else {
+        return turbo_warp_encode<bits>(v, codes, lane);
+    }
+}
+
+template <int bits, int qk>
+static __device__ __forceinline__ void turbo_warp_store_qk(uint8_t * blk, const uint16_t h, const int codes[qk/WARP_SIZE],
+        const int lane) {
+    if constexpr (qk == QK_TURBO_64) {
+        turbo64_warp_store<bits>(blk, h, codes, lane);
+    } else {
+        turbo_warp_store<bits>(blk, h, codes, lane);
+    }
+}
+
+template <int bits, int qk>
+static __device__ __forceinline__ void turbo_warp_decode_qk(const uint8_t * blk, float v[qk/WARP_SIZE], const int lane) {
+    if constexpr (qk == QK_TURBO_64) {
+        turbo64_warp_decode<bits>(blk, v, lane);
+    } else {
+        turbo_warp_decode<bits>(blk, v, lane);
+    }
+}
 
 // ---- SET_ROWS -------------------------------------------------------------------------------------
 
@@ -148,13 +181,8 @@ static __device__ __forceinline__ void turbo_set_rows_block(const turbo_set_rows
         turbo_warp_store_rotated<qk>(c0, v, lane);
     }
     int codes[nv];
-    if constexpr (qk == QK_TURBO_64) {
-        const uint16_t h = turbo64_warp_encode<bits>(v, codes, lane);
-        turbo64_warp_store<bits>((uint8_t *) (j.dst + dst_row*j.nb1 + i02*j.nb2 + i03*j.nb3 + ib*j.bs), h, codes, lane);
-    } else {
-        const uint16_t h = turbo_warp_encode<bits>(v, codes, lane);
-        turbo_warp_store<bits>((uint8_t *) (j.dst + dst_row*j.nb1 + i02*j.nb2 + i03*j.nb3 + ib*j.bs), h, codes, lane);
-    }
+    const uint16_t h = turbo_warp_encode_qk<bits, qk>(v, codes, lane);
+    turbo_warp_store_qk<bits, qk>((uint8_t *) (j.dst + dst_row*j.nb1 + i02*j.nb2 + i03*j.nb3 + ib*j.bs), h, codes, lane);
 }
 
 // where block blk of job j comes from and goes to (f32 rows; the offset row of its 128 columns, or nullptr), for the
@@ -175,8 +203,8 @@ static __device__ __forceinline__ void turbo_job_locate(const turbo_set_rows_job
     c0 = turbo_job_cell0<QK_TURBO>(j, dst_row, ib);
 }
 
-// ---- two threads per block (turbo-encode-t2.cuh; large writes since run 22) ----------------------------------
-// (runs 12-21 wrote them with 4 threads per block: 15.4 us for 4096 rows of 1024 against 11.2 us here; removed)
+// ---- two threads per block (turbo-encode-t2.cuh; large writes) -------------------------------------------------
+// (fewer instructions per value than the warp kernel or 4 threads per block: the shuffles mostly go)
 // A warp's 16 blocks are staged in shared memory first, each block's 512 bytes copied by the whole warp with one
 // coalesced 16-byte copy per lane; then both threads of a pair read their block (rows of 132 floats: the float4s
 // that the warp's 16 pairs read at once fall into 8 different bank groups, the fewest wavefronts for 256 bytes).
@@ -213,10 +241,8 @@ static __device__ __forceinline__ void turbo_t2_run(const turbo_set_rows_job & j
 }
 
 // job a, then job b, a block per pair of threads (f32 rows, 16-byte aligned, no RoPE: checked by the host).
-// Run 22 (ncu, 4096 rows of 1024): 4.5 M warp instructions (~34 per value), issue slots 32% busy with 0.91 eligible
-// warps per scheduler: latency-bound. The grid is one wave (2048 warps, ~15.5 per SM); capping the registers for a
-// fifth CUDA block per SM (96, with a raised shared-memory carveout) measured 2% slower, as the SMs have no more
-// blocks to run
+// The kernel is latency-bound (issue slots mostly idle, under one eligible warp per scheduler) and a prompt's write is
+// one wave, so capping the registers for a fifth CUDA block per SM does not help: the SMs have no more blocks to run
 template <typename idx_t, int bits_a, int bits_b>
 __launch_bounds__(TURBO_T2_WARPS*WARP_SIZE)
 static __global__ void k_turbo_set_rows_t2(const turbo_set_rows_job a, const turbo_set_rows_job b) {
@@ -315,7 +341,7 @@ static turbo_set_rows_job turbo_set_rows_job_of(const ggml_tensor * src0, const 
     GGML_TENSOR_LOCALS(int64_t, ne1, src1, ne)
     GGML_TENSOR_LOCALS(size_t,  nb1, src1, nb)
     GGML_TENSOR_LOCALS(size_t,  nb,  dst,  nb)
-    const int64_t qk = turbo_qk(dst->type);
+    const int64_t qk = ggml_cuda_turbo_qk(dst->type);
     GGML_ASSERT(ne00 % qk == 0);
     GGML_ASSERT(nb00 == sizeof(src_t));
     const int64_t nbr  = ne00 / qk;
@@ -393,8 +419,8 @@ static bool turbo_bulk_aligned(const turbo_set_rows_job & j) {
 
 template <typename src_t, typename idx_t, int bits_a, int qk>
 static void turbo_set_rows_launch_b(cudaStream_t stream, const turbo_set_rows_job & a, const turbo_set_rows_job & b, const int bits_b) {
-    // writes of at least TURBO_BULK_MIN_BLOCKS blocks (a prompt's ubatch): two threads per block (run 22: 4096 rows of
-    // 1024, 29.3 us with the warp kernel, 11.2 us so). A decode step's few blocks keep the warp kernel, whose chain per
+    // writes of at least TURBO_BULK_MIN_BLOCKS blocks (a prompt's ubatch): two threads per block, fewer instructions
+    // per value (turbo-encode-t2.cuh). A decode step's few blocks keep the warp kernel, whose chain per
     // thread is the shortest, and so do rows the bulk kernel cannot read (f16, unaligned, a fused RoPE)
     const int64_t n = (int64_t) a.nblk + b.nblk;
     // the kernel for b's bit width (the same signature for both), on a grid of blocks_per CUDA blocks of `threads`
@@ -445,26 +471,18 @@ static void turbo_set_rows_launch(ggml_backend_cuda_context & ctx, const ggml_te
     if ((int64_t) a.nblk + b.nblk == 0) {
         return;
     }
-    const int bits_b = turbo_bits(dst_b ? dst_b->type : dst->type);
-    GGML_ASSERT(!dst_b || turbo_qk(dst_b->type) == turbo_qk(dst->type));
-    if (ggml_cuda_is_turbo64_type(dst->type)) {
-        turbo_set_rows_launch_a<src_t, idx_t, QK_TURBO_64>(ctx.stream(), a, b, turbo_bits(dst->type), bits_b);
+    const int bits_b = ggml_cuda_turbo_bits(dst_b ? dst_b->type : dst->type);
+    GGML_ASSERT(!dst_b || ggml_cuda_turbo_qk(dst_b->type) == ggml_cuda_turbo_qk(dst->type));
+    if (ggml_cuda_turbo_qk(dst->type) == QK_TURBO_64) {
+        turbo_set_rows_launch_a<src_t, idx_t, QK_TURBO_64>(ctx.stream(), a, b, ggml_cuda_turbo_bits(dst->type), bits_b);
     } else {
-        turbo_set_rows_launch_a<src_t, idx_t, QK_TURBO>(ctx.stream(), a, b, turbo_bits(dst->type), bits_b);
-    }
-}
-
-// the tables of the type that a write stores
-static void turbo_check_tables_of(const ggml_type t) {
-    ggml_cuda_turbo_check_tables();
-    if (ggml_cuda_is_turbo64_type(t)) {
-        ggml_cuda_turbo64_check_tables();
+        turbo_set_rows_launch_a<src_t, idx_t, QK_TURBO>(ctx.stream(), a, b, ggml_cuda_turbo_bits(dst->type), bits_b);
     }
 }
 
 static void turbo_set_rows_dispatch(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, const ggml_tensor * src1,
         ggml_tensor * dst, const float * off) {
-    turbo_check_tables_of(dst->type);
+    ggml_cuda_turbo_check_tables();
     GGML_ASSERT(ggml_cuda_is_turbo_type(dst->type));
     GGML_ASSERT(src0->type == GGML_TYPE_F32 || src0->type == GGML_TYPE_F16);
     GGML_ASSERT(src1->type == GGML_TYPE_I64 || src1->type == GGML_TYPE_I32);
@@ -494,7 +512,7 @@ bool ggml_cuda_turbo_set_rows_sub_fusable(const ggml_tensor * sub, const ggml_te
     if (!ggml_cuda_is_turbo_type(set_rows->type)) {
         return false;
     }
-    const int64_t qk = turbo_qk(set_rows->type);
+    const int64_t qk = ggml_cuda_turbo_qk(set_rows->type);
     // K's RoPE before it (ROPE -> VIEW), which the fused write may do on load (ggml_cuda_turbo_rope_set_rows_fusable):
     // only when each block lies in one head, and a neox pair (m, m + D/2) in one block (else neither fusion)
     if (a->op == GGML_OP_VIEW && a->src[0]->op == GGML_OP_ROPE) {
@@ -520,21 +538,21 @@ void ggml_cuda_turbo_set_rows_sub(ggml_backend_cuda_context & ctx, const ggml_te
 // layer)
 bool ggml_cuda_turbo_set_rows_pair_fusable(const ggml_tensor * set_rows_k, const ggml_tensor * set_rows_v) {
     if (set_rows_v->op != GGML_OP_SET_ROWS || !ggml_cuda_is_turbo_type(set_rows_v->type) ||
-        turbo_qk(set_rows_v->type) != turbo_qk(set_rows_k->type)) {
+        ggml_cuda_turbo_qk(set_rows_v->type) != ggml_cuda_turbo_qk(set_rows_k->type)) {
         return false;
     }
     const ggml_tensor * x = set_rows_v->src[0];
     const ggml_tensor * idx = set_rows_v->src[1];
-    return x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[0] % turbo_qk(set_rows_v->type) == 0 &&
+    return x->type == GGML_TYPE_F32 && x->nb[0] == sizeof(float) && x->ne[0] % ggml_cuda_turbo_qk(set_rows_v->type) == 0 &&
         idx->type == set_rows_k->src[1]->type && set_rows_v->data != set_rows_k->data &&
         x != set_rows_k && x->view_src != set_rows_k;
 }
 
 void ggml_cuda_turbo_set_rows_sub_pair(ggml_backend_cuda_context & ctx, const ggml_tensor * sub, ggml_tensor * set_rows_k,
         ggml_tensor * set_rows_v, const ggml_tensor * rope, const ggml_tensor * mul) {
-    turbo_check_tables_of(set_rows_k->type);
+    ggml_cuda_turbo_check_tables();
     GGML_ASSERT(!mul || rope);
-    // said once, so that a run's log shows the fusion happened (run 19: it never runs on Gemma 3, whose graph puts V's
+    // said once, so that a log shows the fusion happened (it never runs on Gemma 3, whose graph puts V's
     // matmul between K's ROPE and the SUB, and nothing had shown that)
     static bool said = false;
     if (rope && !said) {
@@ -569,9 +587,9 @@ bool ggml_cuda_turbo_rope_set_rows_fusable(const ggml_tensor * rope, const ggml_
     return shape_ok && ggml_cuda_turbo_rope_on_load_ok(rope);
 }
 
-// llama's q*D and k/D (patch 0041: Llama and Qwen2 with a turbo K cache) sit between the projections and the RoPEs;
-// run 36 measured every turbo-K decode ~5% slower since (two launches more per layer and token, the attention op
-// unchanged). A MUL that the fused RoPE kernels absorb: f32 x times a contiguous f32 row d of x's width (one head),
+// llama's q*D and k/D (patch 0041: Llama and Qwen2 with a turbo K cache) sit between the projections and the RoPEs:
+// two launches more per layer and token unless fused. A MUL that the fused RoPE kernels absorb: f32 x times a
+// contiguous f32 row d of x's width (one head),
 // broadcast over heads and tokens, x with the MUL's layout (so the kernels read it in place of the MUL's output),
 // the MUL's one consumer the ROPE after it with only views between (nothing computed between can overwrite x). The
 // fused ROPE's own checks (ggml_cuda_turbo_rope_fa_fusable, ggml_cuda_turbo_rope_set_rows_fusable) decide the rest.
@@ -602,8 +620,8 @@ int ggml_cuda_turbo_rope_mul_fusable(const ggml_cgraph * cgraph, const int i) {
 // what turbo_rope_block can do (K's RoPE in the write, Q's in the attention): f32 in and out, one position per token,
 // no ne[3]; normal RoPE of any even width, neox for heads rotated whole as wide as a block (128, or 64 for the
 // 64-value types: a neox pair is then in one lane; ggml_cuda_turbo_set_rows_sub_fusable checks the block size).
-// (256-wide neox heads, whose pairs span the head's two blocks, were done on load too until run 23, opt-in: Gemma 3's
-// graph matches neither fusion's pattern, so it never ran; removed)
+// (256-wide neox heads, whose pairs span the head's two blocks, are left to upstream's ROPE: Gemma 3, the model with
+// them, matches neither fusion's pattern)
 bool ggml_cuda_turbo_rope_on_load_ok(const ggml_tensor * rope) {
     const ggml_tensor * x = rope->src[0];
     const int32_t * op = (const int32_t *) rope->op_params;
@@ -618,20 +636,22 @@ bool ggml_cuda_turbo_rope_on_load_ok(const ggml_tensor * rope) {
 
 // ---- CPY ------------------------------------------------------------------------------------------
 
-// f32/f16 -> turbo: 128 consecutive elements in logical order are one block of the destination
-template <typename src_t, int bits>
+// f32/f16 -> turbo: qk consecutive elements in logical order are one block of the destination (ne00 is a multiple of
+// qk, so they lie in one row of src0: element lane + 32k of the block at (lane + 32k)*nb00 from the first)
+template <typename src_t, int bits, int qk>
 static __global__ void k_turbo_cpy_to(
         const char * __restrict__ src0, char * __restrict__ dst, const int64_t nblk,
         const int64_t ne00, const int64_t ne01, const int64_t ne02,
         const size_t nb00, const size_t nb01, const size_t nb02, const size_t nb03,
         const int64_t ne10, const int64_t ne11, const int64_t ne12,
         const size_t nb11, const size_t nb12, const size_t nb13, const int bs) {
+    constexpr int nv = qk/WARP_SIZE;
     const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
     const int lane = threadIdx.x % WARP_SIZE;
     if (wid >= nblk) {
         return;
     }
-    const int64_t e = wid*QK_TURBO;
+    const int64_t e = wid*qk;
     int64_t r = e;
     const int64_t i00 = r % ne00; r /= ne00;
     const int64_t i01 = r % ne01; r /= ne01;
@@ -644,39 +664,40 @@ static __global__ void k_turbo_cpy_to(
     const int64_t i13 = r / ne12;
 
     const char * x = src0 + i03*nb03 + i02*nb02 + i01*nb01 + i00*nb00;
-    float v[4];
+    float v[nv];
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < nv; ++k) {
         v[k] = turbo_to_f32(*(const src_t *) (x + (lane + 32*k)*nb00));
     }
-    int codes[4];
-    const uint16_t h = turbo_warp_encode<bits>(v, codes, lane);
-    turbo_warp_store<bits>((uint8_t *) (dst + i13*nb13 + i12*nb12 + i11*nb11 + (i10/QK_TURBO)*bs), h, codes, lane);
+    int codes[nv];
+    const uint16_t h = turbo_warp_encode_qk<bits, qk>(v, codes, lane);
+    turbo_warp_store_qk<bits, qk>((uint8_t *) (dst + i13*nb13 + i12*nb12 + i11*nb11 + (i10/qk)*bs), h, codes, lane);
 }
 
 // turbo -> f32/f16
-template <typename dst_t, int bits>
+template <typename dst_t, int bits, int qk>
 static __global__ void k_turbo_cpy_from(
         const char * __restrict__ src0, char * __restrict__ dst, const int64_t nblk,
         const int64_t ne00, const int64_t ne01, const int64_t ne02,
         const size_t nb01, const size_t nb02, const size_t nb03,
         const int64_t ne10, const int64_t ne11, const int64_t ne12,
         const size_t nb10, const size_t nb11, const size_t nb12, const size_t nb13, const int bs) {
+    constexpr int nv = qk/WARP_SIZE;
     const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
     const int lane = threadIdx.x % WARP_SIZE;
     if (wid >= nblk) {
         return;
     }
-    const int64_t e = wid*QK_TURBO;
+    const int64_t e = wid*qk;
     int64_t r = e;
     const int64_t i00 = r % ne00; r /= ne00;
     const int64_t i01 = r % ne01; r /= ne01;
     const int64_t i02 = r % ne02;
     const int64_t i03 = r / ne02;
-    float v[4];
-    turbo_warp_decode<bits>((const uint8_t *) (src0 + i03*nb03 + i02*nb02 + i01*nb01 + (i00/QK_TURBO)*bs), v, lane);
+    float v[nv];
+    turbo_warp_decode_qk<bits, qk>((const uint8_t *) (src0 + i03*nb03 + i02*nb02 + i01*nb01 + (i00/qk)*bs), v, lane);
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < nv; ++k) {
         int64_t q = e + lane + 32*k;
         const int64_t i10 = q % ne10; q /= ne10;
         const int64_t i11 = q % ne11; q /= ne11;
@@ -687,27 +708,20 @@ static __global__ void k_turbo_cpy_from(
 }
 
 bool ggml_cuda_turbo_cpy_supported(const ggml_tensor * src0, const ggml_tensor * src1) {
-    if (ggml_cuda_is_turbo64_type(src0->type) || ggml_cuda_is_turbo64_type(src1->type)) {
-        return ggml_cuda_turbo64_cpy_supported(src0, src1);
+    const int qk_to = ggml_cuda_turbo_qk(src1->type), qk_from = ggml_cuda_turbo_qk(src0->type);
+    const bool to   = qk_to   && (src0->type == GGML_TYPE_F32 || src0->type == GGML_TYPE_F16);
+    const bool from = qk_from && (src1->type == GGML_TYPE_F32 || src1->type == GGML_TYPE_F16);
+    if (!to && !from) {
+        return false;
     }
-    const bool to   = ggml_cuda_is_turbo128_type(src1->type) && (src0->type == GGML_TYPE_F32 || src0->type == GGML_TYPE_F16);
-    const bool from = ggml_cuda_is_turbo128_type(src0->type) && (src1->type == GGML_TYPE_F32 || src1->type == GGML_TYPE_F16);
-    return (to || from) && src0->ne[0] % QK_TURBO == 0 && src1->ne[0] % QK_TURBO == 0;
+    const ggml_tensor * q = to ? src1 : src0;
+    const int qk = to ? qk_to : qk_from;
+    // the 64-value types also ask for whole blocks in the quantized side's rows (it is addressed block by block)
+    return src0->ne[0] % qk == 0 && src1->ne[0] % qk == 0 && (qk == QK_TURBO || q->nb[0] == ggml_type_size(q->type));
 }
 
-void ggml_cuda_turbo_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, ggml_tensor * src1) {
-    if (ggml_cuda_is_turbo64_type(src0->type) || ggml_cuda_is_turbo64_type(src1->type)) {
-        ggml_cuda_turbo64_cpy(ctx, src0, src1);
-        return;
-    }
-    ggml_cuda_turbo_check_tables();
-    GGML_ASSERT(ggml_cuda_turbo_cpy_supported(src0, src1));
-    GGML_ASSERT(ggml_nelements(src0) == ggml_nelements(src1));
-    const int64_t nblk = ggml_nelements(src0) / QK_TURBO;
-    if (nblk == 0) {
-        return;
-    }
-    cudaStream_t stream = ctx.stream();
+template <int qk>
+static void turbo_cpy_qk(cudaStream_t stream, const ggml_tensor * src0, ggml_tensor * src1, const int64_t nblk) {
     const dim3 grid = turbo_grid(nblk);
     const dim3 block(TURBO_WARPS_PER_BLOCK*WARP_SIZE);
     const char * s = (const char *) src0->data;
@@ -716,43 +730,60 @@ void ggml_cuda_turbo_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * sr
         src1->ne[0], src1->ne[1], src1->ne[2], src1->nb[1], src1->nb[2], src1->nb[3], (int) ggml_type_size(src1->type)
 #define TURBO_CPY_FROM_ARGS s, d, nblk, src0->ne[0], src0->ne[1], src0->ne[2], src0->nb[1], src0->nb[2], src0->nb[3], \
         src1->ne[0], src1->ne[1], src1->ne[2], src1->nb[0], src1->nb[1], src1->nb[2], src1->nb[3], (int) ggml_type_size(src0->type)
-    if (ggml_cuda_is_turbo128_type(src1->type)) {
-        const int bits = turbo_bits(src1->type);
+    if (ggml_cuda_turbo_qk(src1->type) == qk) {
+        const int bits = ggml_cuda_turbo_bits(src1->type);
         if (src0->type == GGML_TYPE_F32) {
-            if (bits == 4)      k_turbo_cpy_to<float, 4><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
-            else if (bits == 3) k_turbo_cpy_to<float, 3><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
-            else                k_turbo_cpy_to<float, 2><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
+            if (bits == 4)      k_turbo_cpy_to<float, 4, qk><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
+            else if (bits == 3) k_turbo_cpy_to<float, 3, qk><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
+            else                k_turbo_cpy_to<float, 2, qk><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
         } else {
-            if (bits == 4)      k_turbo_cpy_to<half, 4><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
-            else if (bits == 3) k_turbo_cpy_to<half, 3><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
-            else                k_turbo_cpy_to<half, 2><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
+            if (bits == 4)      k_turbo_cpy_to<half, 4, qk><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
+            else if (bits == 3) k_turbo_cpy_to<half, 3, qk><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
+            else                k_turbo_cpy_to<half, 2, qk><<<grid, block, 0, stream>>>(TURBO_CPY_TO_ARGS);
         }
     } else {
-        const int bits = turbo_bits(src0->type);
+        const int bits = ggml_cuda_turbo_bits(src0->type);
         if (src1->type == GGML_TYPE_F32) {
-            if (bits == 4)      k_turbo_cpy_from<float, 4><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
-            else if (bits == 3) k_turbo_cpy_from<float, 3><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
-            else                k_turbo_cpy_from<float, 2><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
+            if (bits == 4)      k_turbo_cpy_from<float, 4, qk><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
+            else if (bits == 3) k_turbo_cpy_from<float, 3, qk><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
+            else                k_turbo_cpy_from<float, 2, qk><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
         } else {
-            if (bits == 4)      k_turbo_cpy_from<half, 4><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
-            else if (bits == 3) k_turbo_cpy_from<half, 3><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
-            else                k_turbo_cpy_from<half, 2><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
+            if (bits == 4)      k_turbo_cpy_from<half, 4, qk><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
+            else if (bits == 3) k_turbo_cpy_from<half, 3, qk><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
+            else                k_turbo_cpy_from<half, 2, qk><<<grid, block, 0, stream>>>(TURBO_CPY_FROM_ARGS);
         }
     }
 #undef TURBO_CPY_TO_ARGS
 #undef TURBO_CPY_FROM_ARGS
+}
+
+void ggml_cuda_turbo_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, ggml_tensor * src1) {
+    ggml_cuda_turbo_check_tables();
+    GGML_ASSERT(ggml_cuda_turbo_cpy_supported(src0, src1));
+    GGML_ASSERT(ggml_nelements(src0) == ggml_nelements(src1));
+    const int qk = ggml_cuda_turbo_qk(src1->type) ? ggml_cuda_turbo_qk(src1->type) : ggml_cuda_turbo_qk(src0->type);
+    const int64_t nblk = ggml_nelements(src0) / qk;
+    if (nblk == 0) {
+        return;
+    }
+    if (qk == QK_TURBO_64) {
+        turbo_cpy_qk<QK_TURBO_64>(ctx.stream(), src0, src1, nblk);
+    } else {
+        turbo_cpy_qk<QK_TURBO>(ctx.stream(), src0, src1, nblk);
+    }
     CUDA_CHECK(cudaGetLastError());
 }
 
 // ---- GET_ROWS -------------------------------------------------------------------------------------
 
-template <typename dst_t, int bits>
+template <typename dst_t, int bits, int qk>
 static __global__ void k_turbo_get_rows(
         const char * __restrict__ src0, const int32_t * __restrict__ src1, char * __restrict__ dst, const int64_t nblk,
         const int64_t nbr, const int64_t ne10, const int64_t ne11,
         const size_t nb01, const size_t nb02, const size_t nb03,
         const int64_t s10, const int64_t s11, const int64_t s12,
         const size_t nb1, const size_t nb2, const size_t nb3, const int bs) {
+    constexpr int nv = qk/WARP_SIZE;
     const int64_t wid = ((int64_t) blockIdx.x*blockDim.x + threadIdx.x) / WARP_SIZE;
     const int lane = threadIdx.x % WARP_SIZE;
     if (wid >= nblk) {
@@ -764,135 +795,170 @@ static __global__ void k_turbo_get_rows(
     const int64_t i11 = r % ne11;
     const int64_t i12 = r / ne11;
     const int64_t row = src1[i10*s10 + i11*s11 + i12*s12];
-    float v[4];
-    turbo_warp_decode<bits>((const uint8_t *) (src0 + row*nb01 + i11*nb02 + i12*nb03 + ib*bs), v, lane);
-    dst_t * y = (dst_t *) (dst + i10*nb1 + i11*nb2 + i12*nb3) + ib*QK_TURBO;
+    float v[nv];
+    turbo_warp_decode_qk<bits, qk>((const uint8_t *) (src0 + row*nb01 + i11*nb02 + i12*nb03 + ib*bs), v, lane);
+    dst_t * y = (dst_t *) (dst + i10*nb1 + i11*nb2 + i12*nb3) + ib*qk;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < nv; ++k) {
         y[lane + 32*k] = turbo_from_f32<dst_t>(v[k]);
     }
 }
 
-void ggml_cuda_turbo_get_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
-    if (ggml_cuda_is_turbo64_type(dst->src[0]->type)) {
-        ggml_cuda_turbo64_get_rows(ctx, dst);
-        return;
-    }
-    ggml_cuda_turbo_check_tables();
+template <int qk>
+static void turbo_get_rows_qk(cudaStream_t stream, ggml_tensor * dst) {
     const ggml_tensor * src0 = dst->src[0];
     const ggml_tensor * src1 = dst->src[1];
     GGML_TENSOR_BINARY_OP_LOCALS
     GGML_ASSERT(src1->type == GGML_TYPE_I32);
     GGML_ASSERT(dst->type == GGML_TYPE_F32 || dst->type == GGML_TYPE_F16);
-    GGML_ASSERT(ne00 % QK_TURBO == 0);
-    const int64_t nbr  = ne00 / QK_TURBO;
+    GGML_ASSERT(ne00 % qk == 0);
+    const int64_t nbr  = ne00 / qk;
     const int64_t nblk = nbr*ne10*ne11*ne12;
     if (nblk == 0) {
         return;
     }
-    cudaStream_t stream = ctx.stream();
     const dim3 grid = turbo_grid(nblk);
     const dim3 block(TURBO_WARPS_PER_BLOCK*WARP_SIZE);
     const int bs = (int) ggml_type_size(src0->type);
+    const int bits = ggml_cuda_turbo_bits(src0->type);
 #define TURBO_GR_ARGS (const char *) src0->data, (const int32_t *) src1->data, (char *) dst->data, nblk, nbr, ne10, ne11, \
         nb01, nb02, nb03, (int64_t) (nb10/4), (int64_t) (nb11/4), (int64_t) (nb12/4), nb1, nb2, nb3, bs
     if (dst->type == GGML_TYPE_F32) {
-        if (src0->type == GGML_TYPE_TURBO4)      k_turbo_get_rows<float, 4><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
-        else if (src0->type == GGML_TYPE_TURBO3) k_turbo_get_rows<float, 3><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
-        else                                     k_turbo_get_rows<float, 2><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
+        if (bits == 4)      k_turbo_get_rows<float, 4, qk><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
+        else if (bits == 3) k_turbo_get_rows<float, 3, qk><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
+        else                k_turbo_get_rows<float, 2, qk><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
     } else {
-        if (src0->type == GGML_TYPE_TURBO4)      k_turbo_get_rows<half, 4><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
-        else if (src0->type == GGML_TYPE_TURBO3) k_turbo_get_rows<half, 3><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
-        else                                     k_turbo_get_rows<half, 2><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
+        if (bits == 4)      k_turbo_get_rows<half, 4, qk><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
+        else if (bits == 3) k_turbo_get_rows<half, 3, qk><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
+        else                k_turbo_get_rows<half, 2, qk><<<grid, block, 0, stream>>>(TURBO_GR_ARGS);
     }
 #undef TURBO_GR_ARGS
     CUDA_CHECK(cudaGetLastError());
 }
 
+void ggml_cuda_turbo_get_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
+    ggml_cuda_turbo_check_tables();
+    if (ggml_cuda_turbo_qk(dst->src[0]->type) == QK_TURBO_64) {
+        turbo_get_rows_qk<QK_TURBO_64>(ctx.stream(), dst);
+    } else {
+        turbo_get_rows_qk<QK_TURBO>(ctx.stream(), dst);
+    }
+}
+
 // ---- to_fp16 / to_fp32 (contiguous and non-contiguous) --------------------------------------------
 
-template <typename dst_t, int bits>
+template <typename dst_t, int bits, int qk>
 static __global__ void k_turbo_dequant(const char * __restrict__ x, dst_t * __restrict__ y, const int nblk,
         const int nbr, const int ne01, const int ne02, const int64_t s01, const int64_t s02, const int64_t s03, const int bs) {
+    constexpr int nv = qk/WARP_SIZE;
     const int wid = turbo_warp_index();
     const int lane = threadIdx.x % WARP_SIZE;
     if (wid >= nblk) {
         return;
     }
     const turbo_block_pos b = turbo_block_at(wid, nbr, ne01, ne02);
-    float v[4];
-    turbo_warp_decode<bits>((const uint8_t *) (x + (b.i1*s01 + b.i2*s02 + b.i3*s03 + b.ib)*bs), v, lane);
-    dst_t * yb = y + (int64_t) wid*QK_TURBO;
+    float v[nv];
+    turbo_warp_decode_qk<bits, qk>((const uint8_t *) (x + (b.i1*s01 + b.i2*s02 + b.i3*s03 + b.ib)*bs), v, lane);
+    dst_t * yb = y + (int64_t) wid*qk;
 #pragma unroll
-    for (int k = 0; k < 4; ++k) {
+    for (int k = 0; k < nv; ++k) {
         yb[lane + 32*k] = turbo_from_f32<dst_t>(v[k]);
     }
 }
 
-template <typename dst_t, int bits>
+template <typename dst_t, ggml_type type>
 static void turbo_dequant_nc_cuda(const void * x, dst_t * y, int64_t ne00, int64_t ne01, int64_t ne02, int64_t ne03,
         int64_t s01, int64_t s02, int64_t s03, cudaStream_t stream) {
-    GGML_ASSERT(ne00 % QK_TURBO == 0);
-    const int64_t nbr  = ne00 / QK_TURBO;
+    constexpr int qk = turbo_traits<type>::qk;
+    GGML_ASSERT(ne00 % qk == 0);
+    const int64_t nbr  = ne00 / qk;
     const int64_t nblk = nbr*ne01*ne02*ne03;
     if (nblk == 0) {
         return;
     }
     GGML_ASSERT(nblk < INT32_MAX);   // the kernel's 32-bit indexes
-    const int bs = bits == 4 ? (int) sizeof(block_turbo4) : bits == 3 ? (int) sizeof(block_turbo3) : (int) sizeof(block_turbo2);
-    k_turbo_dequant<dst_t, bits><<<turbo_grid(nblk), TURBO_WARPS_PER_BLOCK*WARP_SIZE, 0, stream>>>(
-        (const char *) x, y, nblk, nbr, ne01, ne02, s01, s02, s03, bs);
+    k_turbo_dequant<dst_t, turbo_traits<type>::bits, qk><<<turbo_grid(nblk), TURBO_WARPS_PER_BLOCK*WARP_SIZE, 0, stream>>>(
+        (const char *) x, y, nblk, nbr, ne01, ne02, s01, s02, s03, turbo_traits<type>::bs);
 }
 
-template <typename dst_t, int bits>
+template <typename dst_t, ggml_type type>
 static void turbo_dequant_cuda(const void * x, dst_t * y, int64_t k, cudaStream_t stream) {
-    GGML_ASSERT(k % QK_TURBO == 0);
-    const int64_t nb = k / QK_TURBO;
+    constexpr int qk = turbo_traits<type>::qk;
+    GGML_ASSERT(k % qk == 0);
+    const int64_t nb = k / qk;
     // one row of nb blocks: s01 unused
-    turbo_dequant_nc_cuda<dst_t, bits>(x, y, k, 1, 1, 1, nb, nb, nb, stream);
+    turbo_dequant_nc_cuda<dst_t, type>(x, y, k, 1, 1, 1, nb, nb, nb, stream);
 }
 
+// the conversion of each turbo type, f(dst_t, type) one of the two templates above
+#define TURBO_CONVERSION(f, dst_t) \
+    switch (type) { \
+        case GGML_TYPE_TURBO4:    return f<dst_t, GGML_TYPE_TURBO4>; \
+        case GGML_TYPE_TURBO3:    return f<dst_t, GGML_TYPE_TURBO3>; \
+        case GGML_TYPE_TURBO2:    return f<dst_t, GGML_TYPE_TURBO2>; \
+        case GGML_TYPE_TURBO4_64: return f<dst_t, GGML_TYPE_TURBO4_64>; \
+        case GGML_TYPE_TURBO3_64: return f<dst_t, GGML_TYPE_TURBO3_64>; \
+        case GGML_TYPE_TURBO2_64: return f<dst_t, GGML_TYPE_TURBO2_64>; \
+        default: return nullptr; \
+    }
 to_fp16_cuda_t ggml_cuda_turbo_get_to_fp16(ggml_type type) {
-    if (ggml_cuda_is_turbo64_type(type)) {
-        return ggml_cuda_turbo64_get_to_fp16(type);
-    }
-    switch (type) {
-        case GGML_TYPE_TURBO4: return turbo_dequant_cuda<half, 4>;
-        case GGML_TYPE_TURBO3: return turbo_dequant_cuda<half, 3>;
-        case GGML_TYPE_TURBO2: return turbo_dequant_cuda<half, 2>;
-        default: return nullptr;
-    }
+    TURBO_CONVERSION(turbo_dequant_cuda, half)
 }
 to_fp32_cuda_t ggml_cuda_turbo_get_to_fp32(ggml_type type) {
-    if (ggml_cuda_is_turbo64_type(type)) {
-        return ggml_cuda_turbo64_get_to_fp32(type);
-    }
-    switch (type) {
-        case GGML_TYPE_TURBO4: return turbo_dequant_cuda<float, 4>;
-        case GGML_TYPE_TURBO3: return turbo_dequant_cuda<float, 3>;
-        case GGML_TYPE_TURBO2: return turbo_dequant_cuda<float, 2>;
-        default: return nullptr;
-    }
+    TURBO_CONVERSION(turbo_dequant_cuda, float)
 }
 to_fp16_nc_cuda_t ggml_cuda_turbo_get_to_fp16_nc(ggml_type type) {
-    if (ggml_cuda_is_turbo64_type(type)) {
-        return ggml_cuda_turbo64_get_to_fp16_nc(type);
-    }
-    switch (type) {
-        case GGML_TYPE_TURBO4: return turbo_dequant_nc_cuda<half, 4>;
-        case GGML_TYPE_TURBO3: return turbo_dequant_nc_cuda<half, 3>;
-        case GGML_TYPE_TURBO2: return turbo_dequant_nc_cuda<half, 2>;
-        default: return nullptr;
-    }
+    TURBO_CONVERSION(turbo_dequant_nc_cuda, half)
 }
 to_fp32_nc_cuda_t ggml_cuda_turbo_get_to_fp32_nc(ggml_type type) {
-    if (ggml_cuda_is_turbo64_type(type)) {
-        return ggml_cuda_turbo64_get_to_fp32_nc(type);
+    TURBO_CONVERSION(turbo_dequant_nc_cuda, float)
+}
+#undef TURBO_CONVERSION
+
+// ---- supports_op ----------------------------------------------------------------------------------
+
+int ggml_cuda_turbo_supports_op(const ggml_tensor * op) {
+    switch (op->op) {
+        case GGML_OP_GET_ROWS:
+            if (!ggml_cuda_is_turbo_type(op->src[0]->type)) {
+                return -1;
+            }
+            return op->src[0]->ne[0] % ggml_blck_size(op->src[0]->type) == 0 &&
+                   (op->type == GGML_TYPE_F32 || op->type == GGML_TYPE_F16);
+        case GGML_OP_SET_ROWS:
+            if (!ggml_cuda_is_turbo_type(op->type)) {
+                return -1;
+            }
+            return (op->src[0]->type == GGML_TYPE_F32 || op->src[0]->type == GGML_TYPE_F16) &&
+                   op->src[0]->ne[0] % ggml_blck_size(op->type) == 0 &&
+                   (op->src[1]->type == GGML_TYPE_I64 || op->src[1]->type == GGML_TYPE_I32);
+        case GGML_OP_CPY:
+            if (op->src[0]->type == op->src[1]->type ||
+                (!ggml_cuda_is_turbo_type(op->src[0]->type) && !ggml_cuda_is_turbo_type(op->src[1]->type))) {
+                return -1;   // a same-type copy is upstream's (a memcpy)
+            }
+            return ggml_cuda_turbo_cpy_supported(op->src[0], op->src[1]);
+        case GGML_OP_FLASH_ATTN_EXT:
+            return -1;   // fattn.cu's ggml_cuda_flash_attn_ext_supported asks fattn-turbo.cu
+        default:
+            break;
     }
-    switch (type) {
-        case GGML_TYPE_TURBO4: return turbo_dequant_nc_cuda<float, 4>;
-        case GGML_TYPE_TURBO3: return turbo_dequant_nc_cuda<float, 3>;
-        case GGML_TYPE_TURBO2: return turbo_dequant_nc_cuda<float, 2>;
-        default: return nullptr;
+    // the 64-value types (head_dim 64 models) have CUDA kernels for the cache's ops above and views of them; any other
+    // op that reads or writes one stays on the CPU backend
+    if (ggml_op_is_empty(op->op)) {
+        return -1;
     }
+    for (int i = -1; i < GGML_MAX_SRC; i++) {
+        const ggml_tensor * t = i < 0 ? op : op->src[i];
+        if (t && ggml_cuda_turbo_qk(t->type) == QK_TURBO_64) {
+            static bool said = false;   // said once: the op then runs on the CPU backend
+            if (!said) {
+                said = true;
+                GGML_LOG_WARN("ggml-cuda: %s of the 64-value turbo types (head_dim 64) has no CUDA kernel; it runs on "
+                              "the CPU\n", ggml_op_name(op->op));
+            }
+            return 0;
+        }
+    }
+    return -1;
 }

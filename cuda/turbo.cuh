@@ -1,32 +1,35 @@
-// turbo-llama: CUDA entry points for the turbo4/turbo3/turbo2 KV-cache types (kernels in turbo.cu, fattn-turbo*.cu).
+// turbo-llama: CUDA entry points for the turbo KV-cache types, both block sizes (kernels in turbo.cu, fattn-turbo*.cu).
 // Included by the hooked upstream files (patches/b11312/*-cuda-*.patch).
 #pragma once
 
 #include "common.cuh"
 #include "convert.cuh"
+#include "ggml-turbo.h"
 
 #include <utility>
 
 // The turbo kernels are launched plainly, not with programmatic dependent launch as upstream b11312 launches most
-// of its own (ggml_cuda_kernel_launch): run 18 measured +0.8% at depth 0 and nothing at 32K with it, and run 20 a
-// loss at 128K (1.658x f16 against 1.738x). The kernels still call ggml_cuda_pdl_lc early, so that upstream's next
+// of its own (ggml_cuda_kernel_launch): it measured no gain for the turbo kernels and a loss at long contexts. The
+// kernels still call ggml_cuda_pdl_lc early, so that upstream's next
 // kernel, launched with PDL, may start while they drain (its ggml_cuda_pdl_sync waits for their writes).
 template <typename Kernel, typename... Args>
 static void ggml_cuda_turbo_launch(Kernel kernel, const dim3 grid, const dim3 block, cudaStream_t stream, Args &&... args) {
     kernel<<<grid, block, 0, stream>>>(std::forward<Args>(args)...);
 }
 
-// the 128-value block types (turbo.cu, fattn-turbo*.cu) and the 64-value ones of head_dim 64 models (turbo-64.cu)
-static inline bool ggml_cuda_is_turbo128_type(ggml_type t) {
-    return t == GGML_TYPE_TURBO3 || t == GGML_TYPE_TURBO2 || t == GGML_TYPE_TURBO4;
+// the values of one block of a turbo type: QK_TURBO, or QK_TURBO_64 for the 64-value forms of head_dim 64 models; 0 for
+// any other type. The one test of "is it turbo, and which block size" for host and device code alike
+static constexpr __host__ __device__ int ggml_cuda_turbo_qk(const ggml_type t) {
+    return t == GGML_TYPE_TURBO3    || t == GGML_TYPE_TURBO2    || t == GGML_TYPE_TURBO4    ? QK_TURBO    :
+           t == GGML_TYPE_TURBO3_64 || t == GGML_TYPE_TURBO2_64 || t == GGML_TYPE_TURBO4_64 ? QK_TURBO_64 : 0;
 }
-static inline bool ggml_cuda_is_turbo64_type(ggml_type t) {
-    return t == GGML_TYPE_TURBO3_64 || t == GGML_TYPE_TURBO2_64 || t == GGML_TYPE_TURBO4_64;
+// any turbo type: what the hooks in upstream's files route to the entry points below, which serve both block sizes
+static constexpr __host__ __device__ bool ggml_cuda_is_turbo_type(const ggml_type t) {
+    return ggml_cuda_turbo_qk(t) != 0;
 }
-// any turbo type: what the hooks in upstream's files route to the entry points below, which serve both sizes
-static inline bool ggml_cuda_is_turbo_type(ggml_type t) {
-    return ggml_cuda_is_turbo128_type(t) || ggml_cuda_is_turbo64_type(t);
-}
+
+// ggml_backend_cuda_device_supports_op for an op on a turbo type: 1 or 0, or -1 when the op is upstream's to judge
+int ggml_cuda_turbo_supports_op(const ggml_tensor * op);
 
 // write path: SET_ROWS (src0 f32 or f16) into a turbo tensor (either block size); CPY f32/f16 -> turbo and turbo -> f32/f16
 void ggml_cuda_turbo_set_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
@@ -58,6 +61,10 @@ to_fp32_nc_cuda_t ggml_cuda_turbo_get_to_fp32_nc(ggml_type type);
 // flash attention decode (Q->ne[1] <= GGML_CUDA_TURBO_FA_MAX_BATCH) with turbo K and/or V, in the rotated domain
 #define GGML_CUDA_TURBO_FA_MAX_BATCH 8
 bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst);
+// fattn.cu's choice of kernel for an op with turbo K and/or V: 1 the fused decode (decode batches: no f16 copy of the
+// cache), -1 none (a pair or head size the turbo kernels do not take), 0 upstream's choice (larger batches, converted
+// to f16; not a turbo op)
+int ggml_cuda_turbo_fattn_route(const ggml_tensor * dst);
 // whether the op has cell 0's exact rows for a turbo K or V (ggml_flash_attn_ext_set_cell0): the turbo kernels take them
 bool ggml_cuda_turbo_fattn_has_cell0(const ggml_tensor * dst);
 void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
@@ -66,17 +73,8 @@ void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor
 int ggml_cuda_turbo_rope_fa_fusable(const ggml_cgraph * cgraph, int i);
 void ggml_cuda_turbo_rope_fa(ggml_backend_cuda_context & ctx, const ggml_tensor * rope, ggml_tensor * fa,
         const ggml_tensor * mul = nullptr);
-// the 64-value types (turbo-64.cu), called by the entry points above for a _64 tensor: CPY, the reads, and flash
-// attention through upstream's f16 kernels in the rotated domain (all but the tensor-core decode). Their SET_ROWS, fused
-// forms included, is turbo.cu's (the write kernel takes either block size)
-void ggml_cuda_turbo64_check_tables(void);   // their codebooks' CUDA copies against turbo-codebooks-64.h
-bool ggml_cuda_turbo64_cpy_supported(const ggml_tensor * src0, const ggml_tensor * src1);
-void ggml_cuda_turbo64_cpy(ggml_backend_cuda_context & ctx, const ggml_tensor * src0, ggml_tensor * src1);
-void ggml_cuda_turbo64_get_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
-to_fp16_cuda_t    ggml_cuda_turbo64_get_to_fp16(ggml_type type);
-to_fp32_cuda_t    ggml_cuda_turbo64_get_to_fp32(ggml_type type);
-to_fp16_nc_cuda_t ggml_cuda_turbo64_get_to_fp16_nc(ggml_type type);
-to_fp32_nc_cuda_t ggml_cuda_turbo64_get_to_fp32_nc(ggml_type type);
+// flash attention with a 64-value turbo K or V (fattn-turbo-prefill.cu, the prefill's kernels at that block size): through
+// upstream's f16 kernels in the rotated domain at every batch size, q8_0 / f16 partners converted there too
 bool ggml_cuda_turbo64_fattn_supported(const ggml_tensor * dst);
 void ggml_cuda_turbo64_fattn(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
 // ... except the decode of _64 K and V at head size 64, which the tensor-core decode kernel takes (fattn-turbo.cu)

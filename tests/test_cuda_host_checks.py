@@ -39,7 +39,7 @@ def test_two_thread_kv_write_on_the_host():
 
 
 def test_64_value_warp_helpers_on_the_host():
-    """The 64-value types' warp helpers (cuda/turbo-64.cu: encode and pack as SET_ROWS / CPY do, decode as GET_ROWS
+    """The 64-value types' warp helpers (cuda/turbo-common.cuh: encode and pack as SET_ROWS / CPY do, decode as GET_ROWS
     does, the rotations of cell 0's rows and of the attention), the 32 lanes emulated: every block of turbo4_64,
     turbo3_64 and turbo2_64 (special ones included: zeros, NaN, Inf, huge, tiny, constant, sparse) equals the C
     reference byte for byte, and every decoded or rotated value bit for bit. Needs only g++."""

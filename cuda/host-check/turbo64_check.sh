@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The 64-value blocks' warp helpers (cuda/turbo-common.cuh: the encoder, the packing, the decoders, the rotations, the
-# codebooks and the 64-point FWHT, which turbo.cu's writes, turbo-64.cu's reads and the attention kernels use)
+# codebooks and the 64-point FWHT, which turbo.cu's writes and reads and the attention kernels use)
 # compiled as host code, the warp's 32 lanes emulated by 32 threads meeting at a barrier for every shuffle, vote and
 # ballot, against the C reference (cpu_ref/ggml-turbo.c, compiled in). Needs only g++; prints PASS or FAIL last.
 set -eu
