@@ -183,3 +183,39 @@ def test_markdown_warns_when_f16_misses_needles():
     res["niah_results"]["f16"] = {"1024@0.1": False, "1024@0.9": False, "2048@0.1": True, "2048@0.9": False}
     assert "warning: the f16 baseline found only 1/4" in render_markdown(res)
     assert "warning" not in render_markdown(_fake_results())
+
+
+def _two_text_results() -> dict:
+    res = _fake_results()
+    res["types"] = ["f16", "q8_0", "turbo3"]
+    def fig(ppl, kld=None):
+        return {"ppl": ppl, "ppl_err": 0.1, **({"kld_mean": kld} if kld is not None else {})}
+    jargon = {"f16": fig(10.0), "q8_0": fig(10.1, 0.005), "turbo3": fig(10.2, 0.03)}
+    code = {"f16": fig(2.0), "q8_0": fig(2.01, 0.006), "turbo3": fig(2.1, 0.02)}
+    res["ppl_by_text"] = {"jargon": jargon, "code": code}
+    res["ppl"] = jargon
+    res["errors"] = {}
+    return res
+
+
+def test_worst_of_texts_takes_each_figure_from_the_text_where_it_is_worst():
+    from turbo_llama.eval.report import worst_by_text
+    w = worst_by_text(_two_text_results())
+    # turbo3: PPL ratio 1.05 on code beats 1.02 on jargon; its KLD is worst on jargon (0.03 > 0.02)
+    assert w["turbo3"]["ppl_ratio"] == pytest.approx(1.05) and w["turbo3"]["ppl_text"] == "code"
+    assert w["turbo3"]["kld_mean"] == pytest.approx(0.03) and w["turbo3"]["kld_text"] == "jargon"
+    assert w["q8_0"]["ppl_ratio"] == pytest.approx(1.01) and w["q8_0"]["kld_text"] == "code"
+    assert "f16" not in w
+
+
+def test_markdown_lists_each_text_and_the_worst():
+    from turbo_llama.eval.report import render_markdown
+    md = render_markdown(_two_text_results())
+    assert "## Each text, and the worst" in md
+    row = next(l for l in md.splitlines() if l.startswith("| turbo3 |") and "(code)" in l)
+    cells = [c.strip() for c in row.split("|")[1:-1]]
+    assert cells == ["turbo3", "1.0200", "0.030000", "1.0500", "0.020000", "1.0500 (code)", "0.030000 (jargon)"]
+    # one text: no per-text section
+    one = _two_text_results()
+    one["ppl_by_text"] = {"jargon": one["ppl"]}
+    assert "Each text" not in render_markdown(one)

@@ -237,6 +237,52 @@ def test_packaged_texts_match_their_checksums(tmp_path):
     assert "Jargon File" in (tmp_path / "jargon.txt").read_text()[:5000]
 
 
+def test_eval_measures_each_text_with_its_own_f16_base(fake_tools):
+    """--text jargon,code,FILE: the whole ladder once per text (an f16 base each), the first text primary."""
+    bin_dir, model, work = fake_tools
+    own = work / "mine.txt"
+    own.write_text("a text of the user's own. " * 400)
+    r = _eval(["--model", str(model), "--types", "turbo3", "--no-niah", "--text", f"jargon,code,{own}", "--out", "res"])
+    assert r.returncode == 0, r.stderr
+    assert _calls(bin_dir) == ["f16/f16", "turbo3/turbo3"] * 3
+    res = json.loads((work / "res" / "results.json").read_text())
+    assert list(res["ppl_by_text"]) == ["jargon", "code", "mine"]
+    assert res["ppl"] == res["ppl_by_text"]["jargon"]
+    cuts = res["settings"]["ppl_text_cuts"]
+    assert len({c["sha256"] for c in cuts.values()}) == 3   # three different texts were cut and fed
+    assert set(res["worst_of_texts"]) == {"turbo3"}
+    for log in ("ppl-turbo3.log", "ppl-turbo3@code.log", "ppl-f16@mine.log"):
+        assert (work / "res" / "logs" / log).is_file()
+    assert "## Each text, and the worst" in (work / "res" / "results.md").read_text()
+
+
+def test_eval_refuses_an_unknown_text_before_any_work(fake_tools):
+    bin_dir, model, work = fake_tools
+    for spec, msg in (("jargon,bible", "--text bible: no such file, and not a shipped text (jargon, kjv, code, all)"),
+                      ("code,code", "--text: code is given twice")):
+        r = _eval(["--model", str(model), "--types", "turbo3", "--no-niah", "--text", spec, "--out", "res"])
+        assert r.returncode != 0 and msg in r.stderr, r.stderr
+    assert _calls(bin_dir) == [] and not (work / "res").exists()
+
+
+@pytest.mark.slow
+def test_three_texts_give_three_different_f16_perplexities(tmp_path, model_path, llama_tool):
+    """The real tool on the real model: the shipped texts are of different kinds (prose, scripture, code), so
+    the f16 perplexities differ widely; each text has its turbo3 figure, and the worst is one of them."""
+    llama_tool("llama-perplexity")
+    out = tmp_path / "res"
+    r = _eval(["--model", str(model_path), "--types", "turbo3", "--no-niah", "--text", "all", "--ctx", "512",
+               "--chunks", "1", "--out", str(out)])
+    assert r.returncode == 0, r.stderr
+    res = json.loads((out / "results.json").read_text())
+    ppl = {t: v["f16"]["ppl"] for t, v in res["ppl_by_text"].items()}
+    assert list(ppl) == ["jargon", "kjv", "code"]
+    assert min(ppl.values()) * 1.5 < max(ppl.values()), ppl   # Gemma 3 270M: code is far more predictable
+    ratios = {t: v["turbo3"]["ppl"] / ppl[t] for t, v in res["ppl_by_text"].items()}
+    assert all(0.98 < x < 1.3 for x in ratios.values()), ratios
+    assert res["worst_of_texts"]["turbo3"]["ppl_ratio"] == pytest.approx(max(ratios.values()))
+
+
 def test_packaged_jargon_is_debians_text():
     """Where apt's jargon-text is installed, the shipped text is byte for byte the same (so earlier
     eval figures, made from apt's copy, stay comparable)."""

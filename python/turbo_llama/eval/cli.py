@@ -13,6 +13,7 @@ from ..errors import ToolError
 from . import model as _model
 from . import niah as _niah
 from . import processes
+from . import texts as _texts
 from .run import FULL_CHUNKS, QUICK_CHUNKS, QUICK_CTX, check_inputs, run_eval
 
 
@@ -32,8 +33,10 @@ def _csv(s: str, conv=str) -> list:
 @click.option("--quick", is_flag=True, help="the quick eval (the default; kept for scripts)")
 @click.option("--ctx", type=int, default=None, help=f"perplexity context [{QUICK_CTX}]")
 @click.option("--chunks", type=int, default=None, help=f"perplexity chunks [quick {QUICK_CHUNKS}, full {FULL_CHUNKS}]")
-@click.option("--text", type=click.Path(exists=True, dir_okay=False, path_type=Path),
-              help="perplexity text [the Jargon File, shipped with turbo-llama]")
+@click.option("--text", default=None, metavar="LIST",
+              help="perplexity texts, comma separated: jargon, kjv, code (shipped with turbo-llama: the Jargon "
+                   "File, the King James Bible, Python's standard library), `all`, or text files; each is "
+                   "reported and the report gives the worst [quick: jargon; full: all]")
 @click.option("--haystack", type=click.Path(exists=True, dir_okay=False, path_type=Path),
               help="NIAH haystack text [the King James Bible, shipped with turbo-llama]")
 @click.option("--niah-lengths", default=None, help="comma separated token lengths "
@@ -60,6 +63,27 @@ def eval_command(model_spec, types, full, quick, ctx, chunks, text, haystack, ni
         sys.exit(processes.exit_code(e))
 
 
+def resolve_texts(spec: str) -> list[tuple[str, Path]]:
+    """`--text`'s list as (name, file) pairs: a shipped text's name (or `all`), or a file (named by its stem)."""
+    names = list(_texts.TEXT_NAMES) if spec.strip() == "all" else _csv(spec)
+    if not names:
+        raise ValueError("--text: no text given")
+    out: list[tuple[str, Path]] = []
+    for n in names:
+        if n in _texts.TEXT_NAMES:
+            pair = (n, _model.shipped_text(n))
+        else:
+            p = Path(n).expanduser()
+            if not p.is_file():
+                raise ValueError(f"--text {n}: no such file, and not a shipped text "
+                                 f"({', '.join(_texts.TEXT_NAMES)}, all)")
+            pair = (p.stem, p)
+        if pair[0] in dict(out):
+            raise ValueError(f"--text: {pair[0]} is given twice")
+        out.append(pair)
+    return out
+
+
 def _eval_cli(model_spec, types, full, ctx, chunks, text, haystack, niah_lengths, niah_depths, skip_niah,
               backend, threads, out, repack, skip_ppl):
     try:
@@ -79,13 +103,15 @@ def _eval_cli(model_spec, types, full, ctx, chunks, text, haystack, niah_lengths
         else:
             lengths = list(_niah.full_lengths(_model.n_ctx_train(mpath)) if full else _niah.QUICK_LENGTHS)
         depths = _csv(niah_depths, float) if niah_depths else list(_niah.FULL_DEPTHS if full else _niah.QUICK_DEPTHS)
+        text = None if skip_ppl else resolve_texts(text or ("all" if full else "jargon"))
     except (ValueError, CacheTypeError, ToolError, _model.AssetError) as e:
         raise click.ClickException(str(e))
     out = out or Path("results") / f"eval-{_dt.datetime.now():%Y%m%d-%H%M%S}"
     if repack is None:
         repack = backend != "cpu"
     click.echo(f"turbo-llama eval → {out}  ({'full' if full else 'quick'}: {','.join(type_list)}; ctx {ctx}, "
-               f"{chunks} chunk(s), " + ("no NIAH" if skip_niah else f"NIAH {len(lengths)}×{len(depths)}")
+               f"{chunks} chunk(s) of {','.join(n for n, _ in text) if text else 'no text'}, "
+               + ("no NIAH" if skip_niah else f"NIAH {len(lengths)}×{len(depths)}")
                + f"; {mpath.name}, {backend}, {threads} threads)",
                err=True)
     try:

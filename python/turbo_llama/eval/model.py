@@ -136,6 +136,14 @@ def _texts_dir() -> Path:
     return cache_root() / "texts"
 
 
+def shipped_text(name: str) -> Path:
+    """A shipped text by its `--text` name (texts.TEXT_NAMES: jargon, kjv, code), unpacked and checked."""
+    try:
+        return _texts.packaged_text(_texts.TEXT_NAMES[name], _texts_dir())
+    except _texts.TextError as e:
+        raise AssetError(str(e)) from e
+
+
 def jargon_text() -> Path:
     """The Jargon File as plain text (perplexity / KLD text), from the package's own data."""
     try:

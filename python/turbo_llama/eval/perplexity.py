@@ -97,42 +97,57 @@ def _n_vocab(path: Path) -> int | None:
 
 def perplexity_step(res: dict, *, exe: Path, model: Path, text: Path, ctx: int, chunks: int, extra: list[str],
                     out: Path, logs: Path, save: Callable[[], None], bar: WorkBar,
-                    units: float, sha256_file: Callable[[Path], str]) -> None:
-    """Run the f16 base and every other cache of res["types"]; fills res["ppl"], res["errors"],
-    res["commands"], res["timings"]. The f16 base failing is fatal (ToolError): nothing can be compared."""
+                    units: float, sha256_file: Callable[[Path], str], text_name: str | None = None) -> None:
+    """Run the f16 base and every other cache of res["types"] on one text; fills res["ppl_by_text"][text_name],
+    res["errors"], res["commands"], res["timings"]. The first text measured is the primary one: its figures are
+    also res["ppl"] (what the guard and the plots read) and its keys carry no text suffix; a later text's
+    errors, commands, timings and logs are named `<cache>@<text>`. The f16 base failing is fatal (ToolError):
+    nothing can be compared."""
+    text_name = text_name or Path(text).stem
+    by_text = res.setdefault("ppl_by_text", {})
+    primary = not by_text or text_name == next(iter(by_text))
+    ppl = by_text.setdefault(text_name, {})
+    if primary:
+        res["ppl"] = ppl
+    tag = "" if primary else f"@{text_name}"
     work = Path(tempfile.mkdtemp(prefix="kld-", dir=out))
     base_file = work / "f16-logits.bin"
     try:
         cut = cut_text(text, work / "text.txt", ctx, chunks)
-        res["settings"]["ppl_text_cut"] = {"chars": len(cut.read_text()), "sha256": sha256_file(cut)}
+        cut_info = {"chars": len(cut.read_text()), "sha256": sha256_file(cut)}
+        if primary:
+            res["settings"]["ppl_text_cut"] = cut_info
+        res["settings"].setdefault("ppl_text_cuts", {})[text_name] = cut_info
         need = kld_base_bytes(model, ctx, chunks)
         free = shutil.disk_usage(work).free
         if need and need * 1.1 > free:
             raise ToolError(f"the f16 KLD base logits need ~{need / 2**30:.1f} GiB in {out} "
                             f"but only {free / 2**30:.1f} GiB are free: use fewer --chunks or another --out")
         for name in res["types"]:
-            bar.describe(f"perplexity {name} (c={ctx}, {chunks} chunks)")
+            label = name + tag
+            bar.describe(f"perplexity {name} (c={ctx}, {chunks} chunks{', ' + text_name if tag else ''})")
             is_base = name == "f16"
             cmd = ppl_command(exe, model, cut, name, ctx, chunks, base_file, is_base=is_base, extra=extra)
-            res["commands"].append({"step": f"ppl:{name}", "cmd": shlex.join(cmd)})
+            res["commands"].append({"step": f"ppl:{label}", "cmd": shlex.join(cmd)})
             t0 = time.monotonic()
             try:
-                r = run_ppl(cmd, logs / f"ppl-{log_name(name)}.log", name)
+                r = run_ppl(cmd, logs / f"ppl-{log_name(label)}.log", name)
             except (ToolError, OSError) as e:
                 if is_base:
-                    raise ToolError(f"the f16 base run failed, nothing to compare with: {e}") from e
-                res["errors"][name] = f"perplexity: {e}"
-                bar.write(f"[{name}] perplexity: {e}")
-                if isinstance(e, UnsupportedCacheType):
+                    raise ToolError(f"the f16 base run failed{' on ' + text_name if tag else ''}, nothing to "
+                                    f"compare with: {e}") from e
+                res["errors"][label] = f"perplexity: {e}"
+                bar.write(f"[{label}] perplexity: {e}")
+                if isinstance(e, UnsupportedCacheType) and name not in res.get("unsupported", []):
                     res.setdefault("unsupported", []).append(name)
                 r = None
             dt = time.monotonic() - t0
-            res["timings"][f"ppl:{name}"] = dt
+            res["timings"][f"ppl:{label}"] = dt
             if r is not None:
                 nominal = res["bits_per_value"].get(name)
-                r.update(bits_per_value=measured_bits(r, res["ppl"].get("f16"), nominal) or nominal,
+                r.update(bits_per_value=measured_bits(r, ppl.get("f16"), nominal) or nominal,
                          type_bits_per_value=nominal, seconds=dt, units=units)
-                res["ppl"][name] = r
+                ppl[name] = r
                 if is_base:
                     r["kld_base_bytes"] = base_file.stat().st_size
             save()

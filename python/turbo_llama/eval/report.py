@@ -21,6 +21,52 @@ def _fmt(x, spec: str, none: str = "–") -> str:
     return format(x, spec) if finite(x) else none
 
 
+def worst_by_text(res: dict) -> dict[str, dict]:
+    """{cache: {"ppl_ratio", "kld_mean", "ppl_text", "kld_text"}}: each cache's worst PPL ratio to f16 and worst
+    mean KLD over the texts it was measured on (the text each came from); caches without a figure are left out."""
+    out: dict[str, dict] = {}
+    for text, ppl in (res.get("ppl_by_text") or {}).items():
+        base = (ppl.get("f16") or {}).get("ppl")
+        for t, r in ppl.items():
+            if t == "f16" or not (finite(r.get("ppl")) and finite(base)):
+                continue
+            w = out.setdefault(t, {"ppl_ratio": None, "kld_mean": None, "ppl_text": None, "kld_text": None})
+            ratio = r["ppl"] / base
+            if w["ppl_ratio"] is None or ratio > w["ppl_ratio"]:
+                w["ppl_ratio"], w["ppl_text"] = ratio, text
+            kld = r.get("kld_mean")
+            if finite(kld) and (w["kld_mean"] is None or kld > w["kld_mean"]):
+                w["kld_mean"], w["kld_text"] = kld, text
+    return out
+
+
+def per_text_table(res: dict) -> list[str]:
+    """With more than one text: PPL / f16 and mean KLD of each cache on each text, and the worst of them."""
+    by_text = res.get("ppl_by_text") or {}
+    if len(by_text) < 2:
+        return []
+    names = list(by_text)
+    worst = worst_by_text(res)
+    lines = ["", "## Each text, and the worst", "",
+             f"PPL / f16 and mean KLD on each text ({', '.join(names)}; the table above is {names[0]}'s); "
+             "**worst**: the highest of the texts.", "",
+             "| type | " + " | ".join(f"{n}: PPL / f16 | {n}: KLD" for n in names) + " | **worst PPL / f16** | **worst KLD** |",
+             "|---|" + "---|---|" * len(names) + "---|---|"]
+    for t in res.get("types", []):
+        if t == "f16":
+            continue
+        cells = []
+        for n in names:
+            r, base = by_text[n].get(t) or {}, (by_text[n].get("f16") or {}).get("ppl")
+            ratio = r["ppl"] / base if finite(r.get("ppl")) and finite(base) else None
+            cells += [_fmt(ratio, ".4f"), _fmt(r.get("kld_mean"), ".6f")]
+        w = worst.get(t) or {}
+        cells += [f"{_fmt(w.get('ppl_ratio'), '.4f')} ({w.get('ppl_text') or '–'})",
+                  f"{_fmt(w.get('kld_mean'), '.6f')} ({w.get('kld_text') or '–'})"]
+        lines.append(f"| {t} | " + " | ".join(cells) + " |")
+    return lines
+
+
 def render_markdown(res: dict) -> str:
     s = res.get("settings", {})
     lines = [f"# turbo-llama eval — {Path(res.get('model', {}).get('path', '?')).name}", "",
@@ -51,6 +97,7 @@ def render_markdown(res: dict) -> str:
         lines.append(f"| {t} | {_fmt(round(bits, 4) if finite(bits) else None, 'g', '?')} | {_fmt(kv.get('kv_mib'), '.2f')} | "
                      f"{_fmt(kv.get('bytes_per_token_per_layer'), '.0f')} | {ppl} | {_fmt(ratio, '.4f')} | "
                      f"{kld} | {p99} | {same} | {niah} |")
+    lines += per_text_table(res)
     f16n = (res.get("niah_results") or {}).get("f16") or {}
     if f16n and sum(f16n.values()) < 0.8 * len(f16n):
         lines += ["", f"**warning: the f16 baseline found only {sum(f16n.values())}/{len(f16n)} needles: "
@@ -78,6 +125,8 @@ def render_markdown(res: dict) -> str:
 
 def finish_outputs(res: dict, out: Path) -> None:
     """results.json, results.md and the plots of what exists (also for a failed or interrupted run)."""
+    if len(res.get("ppl_by_text") or {}) > 1:
+        res["worst_of_texts"] = worst_by_text(res)
     write_json(out / "results.json", res)
     (out / "results.md").write_text(render_markdown(res))
     try:

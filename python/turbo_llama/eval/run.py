@@ -83,33 +83,40 @@ def new_results(*, types, model_path, text, haystack, ctx, chunks, lengths, dept
     }
 
 
-def run_eval(*, model_path: Path | None, types: list[str], ctx: int, chunks: int, text: Path | None,
-             haystack: Path | None = None, niah_lengths: list[int], niah_depths: list[float], backend: str,
+def run_eval(*, model_path: Path | None, types: list[str], ctx: int, chunks: int,
+             text: Path | list[tuple[str, Path]] | None, haystack: Path | None = None, niah_lengths: list[int], niah_depths: list[float], backend: str,
              threads: int, out: Path, quick: bool, repack: bool, skip_ppl: bool = False, skip_niah: bool = False,
              progress: bool = True) -> dict:
-    """Run the eval into out (see the module's docstring); returns results.json's content."""
+    """Run the eval into out (see the module's docstring); returns results.json's content. text: one file,
+    or (name, file) pairs measured in turn (the first is the primary text), or None (the Jargon File)."""
     tools, types = check_inputs(types, need_ppl=not skip_ppl, need_niah=not skip_niah)
     mpath = Path(model_path) if model_path else _model.default_model()
-    ppl_text = Path(text) if text else _model.jargon_text()
+    if isinstance(text, list):
+        texts = [(n, Path(p)) for n, p in text]
+    else:
+        texts = [(Path(text).stem, Path(text))] if text else [("jargon", _model.jargon_text())]
+    ppl_text = texts[0][1]
     hay_text = Path(haystack) if haystack else (None if skip_niah else _model.bible_text())
     bargs = backend_args(backend, threads, repack)
     res = new_results(types=types, model_path=mpath, text=ppl_text, haystack=hay_text, ctx=ctx, chunks=chunks,
                       lengths=niah_lengths, depths=niah_depths, backend=backend, threads=threads, quick=quick,
                       repack=repack, tools=tools)
+    res["settings"]["texts"] = {n: str(p) for n, p in texts}
     stage = staging_dir(out)
     logs = stage / "logs"
     logs.mkdir()
     save = lambda: write_json(stage / "results.json", res)  # noqa: E731
     save()
     units = ppl_units(ctx, chunks)
-    total = (0 if skip_ppl else units * len(types)) + (0 if skip_niah else niah_units(niah_lengths, niah_depths) * len(types))
+    total = (0 if skip_ppl else units * len(types) * len(texts)) + (0 if skip_niah else niah_units(niah_lengths, niah_depths) * len(types))
     bar = WorkBar(total, enabled=progress)
     t_start = time.monotonic()
     try:
         if not skip_ppl:
-            perplexity_step(res, exe=tools["llama-perplexity"], model=mpath, text=ppl_text, ctx=ctx, chunks=chunks,
-                            extra=bargs, out=stage, logs=logs, save=save, bar=bar, units=units,
-                            sha256_file=sha256_file)
+            for name, path in texts:
+                perplexity_step(res, exe=tools["llama-perplexity"], model=mpath, text=path, ctx=ctx, chunks=chunks,
+                                extra=bargs, out=stage, logs=logs, save=save, bar=bar, units=units,
+                                sha256_file=sha256_file, text_name=name)
         if not skip_niah:
             niah_step(res, exe=tools["llama-server"], model=mpath, haystack=hay_text, lengths=niah_lengths,
                       depths=niah_depths, extra=bargs, out=stage, logs=logs, save=save, bar=bar)

@@ -1,10 +1,14 @@
 """The eval's default texts, shipped with the package (no apt, no download).
 
-Both are in the public domain and are byte for byte what Debian's packages give:
+Three texts of different kinds, so that a cache's quality is measured off the text it was tuned on too
+(`turbo-llama eval --text jargon,kjv,code`; the report gives each and the worst):
   data/jargon.txt.xz  the Jargon File 4.4.7 (Debian jargon-text: /usr/share/doc/jargon-text/jargon.txt.gz,
-                      decompressed): the perplexity / KLD text
+                      decompressed; public domain): the default perplexity / KLD text
   data/kjv.txt.xz     the King James Bible (Debian bible-kjv: `bible -f Gen1:1-Rev22:21` with the verse
-                      references stripped, as the NIAH haystack needs no numbers but the needle's)
+                      references stripped, as the NIAH haystack needs no numbers but the needle's; public domain)
+  data/code.txt.xz    source code: 19 modules of CPython 3.11.7's standard library (argparse.py ... threading.py,
+                      each under a `# ==== Lib/<file> ====` line), as CPython ships them; PSF License, whose
+                      notice heads the text
 They are unpacked once into <cache>/texts/ (the tools read files) and checked against the sha256 below
 on every unpack; a text that does not match is refused, never used.
 """
@@ -21,7 +25,12 @@ TEXTS = {
                    "the Jargon File 4.4.7"),
     "kjv.txt": ("kjv.txt.xz", "b5c4940bcfeee072c0935b5200d0f9d88a00a0199cb0961d16133458fcdfae5d",
                 "the King James Bible"),
+    "code.txt": ("code.txt.xz", "fe9cff659a0fc057fa3fa0d7631216ae5dea66a0df1d78d1ecab45e52ac223c0",
+                 "Python 3.11.7 standard library source"),
 }
+
+# the names `--text` takes for the shipped texts, in the order the eval's report lists them
+TEXT_NAMES = {"jargon": "jargon.txt", "kjv": "kjv.txt", "code": "code.txt"}
 
 
 class TextError(RuntimeError):
