@@ -84,7 +84,8 @@ def new_results(*, types, model_path, text, haystack, ctx, chunks, lengths, dept
 
 
 def run_eval(*, model_path: Path | None, types: list[str], ctx: int, chunks: int,
-             text: Path | list[tuple[str, Path]] | None, haystack: Path | None = None, niah_lengths: list[int], niah_depths: list[float], backend: str,
+             text: Path | list[tuple[str, Path]] | None, haystack: Path | None = None,
+             niah_lengths: list[int], niah_depths: list[float], backend: str,
              threads: int, out: Path, quick: bool, repack: bool, skip_ppl: bool = False, skip_niah: bool = False,
              progress: bool = True) -> dict:
     """Run the eval into out (see the module's docstring); returns results.json's content. text: one file,
@@ -108,7 +109,8 @@ def run_eval(*, model_path: Path | None, types: list[str], ctx: int, chunks: int
     save = lambda: write_json(stage / "results.json", res)  # noqa: E731
     save()
     units = ppl_units(ctx, chunks)
-    total = (0 if skip_ppl else units * len(types) * len(texts)) + (0 if skip_niah else niah_units(niah_lengths, niah_depths) * len(types))
+    total = ((0 if skip_ppl else units * len(types) * len(texts))
+             + (0 if skip_niah else niah_units(niah_lengths, niah_depths) * len(types)))
     bar = WorkBar(total, enabled=progress)
     t_start = time.monotonic()
     try:
