@@ -156,7 +156,7 @@ def test_real_series_fails_cleanly_on_changed_context(tmp_path):
 def test_broken_series_leaves_cache_untouched(tmp_path, prepared):
     """A data root whose series has a bad patch: prepare fails, names it; nothing half-made stays."""
     data = tmp_path / "data"
-    for d in ("patches", "cpu_ref", "cuda"):
+    for d in ("patches", "cpu_ref", "cuda", "glue"):
         if (data_root() / d).exists():
             shutil.copytree(data_root() / d, data / d, ignore=shutil.ignore_patterns("__pycache__"))
     pin = load_pin()

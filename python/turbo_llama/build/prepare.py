@@ -170,7 +170,7 @@ def build_tree(source: Source, dest: Path, pin: Pin, patches: list[Path],
             d = dest / dst / rel if rel else dest / dst
             d.parent.mkdir(parents=True, exist_ok=True)
             shutil.copy2(f, d)
-    commit_all(dest, "overlay: turbo-llama sources (cpu_ref/, cuda/)\n", "overlay")
+    commit_all(dest, "overlay: turbo-llama sources (cpu_ref/, cuda/, glue/)\n", "overlay")
     for i, p in enumerate(patches, 1):
         note(f"apply {i}/{len(patches)} {p.name}")
         apply_patch(dest, p)

@@ -58,7 +58,7 @@ def source_files(src: Source) -> list[str]:
 # ---------------------------------------------------------------- data files (patches, cpu_ref, ...)
 
 def data_root() -> Path:
-    """Directory holding patches/, cpu_ref/, cuda/.
+    """Directory holding patches/, cpu_ref/, cuda/, glue/.
 
     $TURBO_LLAMA_DATA if set; else the repository checkout this module runs from (editable
     install); else the copy installed with the wheel (turbo_llama/data/).
