@@ -22,7 +22,7 @@ _ENTRY = re.compile(r"^\s*GGML_TYPE_(\w+)\s*=\s*(\d+)\s*,?\s*$")
 
 
 def parse_ggml_types(header_text: str) -> dict[str, int]:
-    """{"F32": 0, ..., "TURBO3": 43, ...} from ggml.h's enum ggml_type (GGML_TYPE_COUNT left out;
+    """{"F32": 0, ..., "TURBO3": 100, ...} from ggml.h's enum ggml_type (GGML_TYPE_COUNT left out;
     commented-out entries, like the removed Q4_2, are not types)."""
     m = _ENUM.search(header_text)
     if m is None:
@@ -65,7 +65,7 @@ def ggml_header() -> Path:
 
 
 def ggml_types(header: Path | None = None) -> dict[str, int]:
-    """{"F32": 0, "F16": 1, ..., "TURBO3": 43, ...} of the built tree (or of `header`)."""
+    """{"F32": 0, "F16": 1, ..., "TURBO3": 100, ...} of the built tree (or of `header`)."""
     return dict(_types_of(str(header or ggml_header())))
 
 
