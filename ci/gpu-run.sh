@@ -14,7 +14,7 @@
 #            then test-turbo-cuda (cuda/test-turbo-cuda.cpp) is linked against it. A machine keeps /tmp while it stays
 #            warm, so later calls need no build phase.
 #   test     bit-exactness of the KV write (test-turbo-cuda), test-backend-ops -b CUDA0 for SET_ROWS, SUB_SET_ROWS, CPY,
-#            GET_ROWS, FLASH_ATTN_EXT and ROPE_FLASH_ATTN with the turbo types, then the perf cases of patches 0010/0014
+#            GET_ROWS, FLASH_ATTN_EXT and ROPE_FLASH_ATTN with the turbo types, then the tests patch's perf cases
 #            (the KV write, a plain copy, the decode op at 32K and 128K keys; TL_PERF= leaves them out)
 #   bench    `turbo-llama bench --shape llama8b --backend cuda` (random Q4_0 weights of the Llama-3.1-8B shape):
 #            TL_TYPES (f16,q8_0,turbo3,turbo2), TL_DEPTHS (0,32768), TL_ROUNDS (1), TL_REPS (1), -p 512 -n 128;
@@ -206,7 +206,7 @@ fi
 
 if [[ " $PHASES " == *" profile "* ]]; then
     if command -v ncu > /dev/null; then
-        # spec TYPE:KV:KERNEL: the decode op of patch 0010's perf case (llama8b: 8 KV heads, GQA 4, mask)
+        # spec TYPE:KV:KERNEL: the decode op of the tests patch's perf case (llama8b: 8 KV heads, GQA 4, mask)
         for spec in ${TL_NCU:-"turbo3:131072:k_turbo_fattn_mma" "f16:131072:flash_attn" "turbo3:32768:k_turbo_fattn_mma"}; do
             IFS=: read -r ty kv kern <<< "$spec"
             f="$OUT/ncu-$ty-$kv.txt"

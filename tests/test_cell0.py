@@ -1,9 +1,10 @@
-"""The exact cell-0 rows of a turbo cache on the CPU build (patches 0046-0048): a turbo SET_ROWS keeps each stream's
-cell 0 exact beside the cache, and flash attention uses those rows in place of decoding cell 0, in each of the CPU's
-paths (the GQA decode of one query, the row path of several streams, the tiled prefill of 64 queries). The first
-token of a sequence takes much of the attention (29% on Qwen2.5, half in Gemma 3's global layers), so its
-quantization error weighs most. tests/c/cell0_attention.cpp compares the attention with two references in double
-precision: cell 0 exact and the other cells decoded ("exact0"), and every cell decoded ("decoded0")."""
+"""The exact cell-0 rows of a turbo cache on the CPU build (the ggml, ggml-cpu and KV-cache patches): a turbo SET_ROWS
+keeps each stream's cell 0 exact beside the cache, and flash attention uses those rows in place of decoding cell 0,
+in each of the CPU's paths (the GQA decode of one query, the row path of several streams, the tiled prefill of 64
+queries). The first token of a sequence takes much of the attention (29% on Qwen2.5, half in Gemma 3's global
+layers), so its quantization error weighs most. tests/c/cell0_attention.cpp compares the attention with two
+references in double precision: cell 0 exact and the other cells decoded ("exact0"), and every cell decoded
+("decoded0")."""
 from __future__ import annotations
 
 import subprocess

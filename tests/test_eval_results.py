@@ -14,9 +14,9 @@ from turbo_llama.cache_types import BITS_PER_VALUE
 pytestmark = pytest.mark.slow
 
 # Regression guard: mean KLD (vs the f16 cache) of `turbo-llama eval --quick` (Gemma 3 270M Q4_K_M, ctx 2048, 4
-# chunks of the Jargon File, CPU) with patches/b11312 0001-0039 (0039: the sliding-window layers keep q8_0 keys),
-# 2026-12-02: turbo3 0.0404, turbo2 0.1826 (with turbo keys in every layer, 0001-0038: 0.1416, 0.7407; before the
-# key transform, 0007/0008: 0.7406, 2.651).
+# chunks of the Jargon File, CPU) with the sliding-window layers' keys in q8_0 (the KV-cache patch), 2026-12-02:
+# turbo3 0.0404, turbo2 0.1826 (with turbo keys in every layer: 0.1416, 0.7407; before the key transform, offsets and
+# q/k rescale: 0.7406, 2.651).
 TURBO3_KLD_FIRST = 0.0404
 TURBO2_KLD_FIRST = 0.1826
 KLD_REGRESSION_FACTOR = 1.25
@@ -58,9 +58,9 @@ def test_kv_bytes_follow_the_logged_types(eval_results):
             assert (c["cells"], c["layers"]) == (b["cells"], b["layers"]), t
             for side in ("k", "v"):
                 want = b[f"{side}_mib"] * BITS_PER_VALUE[c[f"type_{side}"]] / 16
-                # a turbo side also holds its side tensors (patch 0052), f32 per layer: for K the offset, the q/k
-                # gains and cell 0's row (at most 4 x n_embd_gqa values: the gains are 2 x head_dim), for V cell 0's
-                # row; n_embd_gqa from f16's line (cells x layers x n_embd_gqa x 2 bytes)
+                # a turbo side also holds its side tensors (the KV-cache patch counts them), f32 per layer: for K the
+                # offset, the q/k gains and cell 0's row (at most 4 x n_embd_gqa values: the gains are 2 x head_dim),
+                # for V cell 0's row; n_embd_gqa from f16's line (cells x layers x n_embd_gqa x 2 bytes)
                 n_embd = b[f"{side}_mib"] * 2**20 / (b["cells"] * b["layers"] * 2)
                 side_mib = 0.0
                 if c[f"type_{side}"].startswith("turbo"):
@@ -115,8 +115,8 @@ def test_same_prompts_for_every_type(eval_results):
         assert all(r["key"] == keys[(r["length"], r["depth"])] for r in raw)
 
 
-# The default model's keys (issue #8): before patches 0007/0008 turbo3 found 1/9 needles and turbo2 0/9
-# (f16 9/9); with the key offsets from a probe on a context of its own (patch 0038) turbo3 finds every needle
+# The default model's keys (issue #8): before the key transform (offsets and q/k rescale) turbo3 found 1/9 needles
+# and turbo2 0/9 (f16 9/9); with the key offsets from a probe on a context of its own turbo3 finds every needle
 # f16 finds on the machine of the reference record, and all but one on an AVX-512 CPU (4096 tokens at depth 0.5:
 # "87600" for "87643") and on the H200 (2048 at 0.9: "40409" for "40449"): the float rounding of the machine
 # decides which digit of one key goes. A miss of two would be a regression of the keys. turbo2 still misses most: a finding,
@@ -139,7 +139,7 @@ def test_turbo2_recovers_most_f16_needles(eval_results):
 
 
 def test_turbo_k_path_is_reported(eval_results):
-    """The eval shows how each turbo K was stored (patches 0007/0008 log it; issue #8: nothing silent)."""
+    """The eval shows how each turbo K was stored (the context patch logs it; issue #8: nothing silent)."""
     for t in ("turbo3", "turbo2"):
         if t not in eval_results["ppl"]:
             missing(f"{t} not measured")

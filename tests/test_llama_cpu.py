@@ -41,10 +41,10 @@ def backend_ops_cpu(llama_build_bin, op: str, min_cases: int, timeout: int = 120
 
 def test_backend_ops_cpu_turbo_attention_matches_reference(llama_build_bin):
     """Every turbo flash-attention case against the CPU backend's reference implementation (use_ref: one query row
-    at a time, no tiling, no KV split, no GQA grouping): decode (patch 0015's GQA path: keys split across threads,
-    one read of each key per group, for turbo/turbo and mixed pairs alike), prefill (the nb=512 cases: patch
-    0009's tiles decoded once in the rotated domain; 0016: mixed pairs too), sinks, ALiBi and softcapping."""
-    text = backend_ops_cpu(llama_build_bin, "FLASH_ATTN_EXT", 500)   # the turbo cases of patches 0005, 0013, 0015
+    at a time, no tiling, no KV split, no GQA grouping): decode (the ggml-cpu patch's GQA path: keys split across
+    threads, one read of each key per group, for turbo/turbo and mixed pairs alike), prefill (the nb=512 cases: the
+    tiles decoded once in the rotated domain, mixed pairs too), sinks, ALiBi and softcapping."""
+    text = backend_ops_cpu(llama_build_bin, "FLASH_ATTN_EXT", 500)   # the tests patch's turbo cases
     for case in ("nb=1,mask=1,sinks=0,max_bias=8.000000", "logit_softcap=30.000000", "nr23=[8,1],kv=1024,nb=1",
                  "nr23=[4,1],kv=1024,nb=1,mask=1,sinks=0,max_bias=0.000000,logit_softcap=0.000000,prec=f32,"
                  "type_K=q8_0,type_V=turbo3"):   # a mixed pair's GQA decode
@@ -53,8 +53,8 @@ def test_backend_ops_cpu_turbo_attention_matches_reference(llama_build_bin):
 
 
 def test_backend_ops_cpu_turbo_cache_writes_match_reference(llama_build_bin):
-    """The cache-write cases that the CUDA backend fuses (patch 0013: key offset + K write; 0017: the V write after
-    it in the same launch) run on the CPU against its reference too, both caches compared (fusion_test_nodes)."""
+    """The cache-write cases that the CUDA backend fuses (the key offset's SUB + the K write, and the V write
+    after it in the same launch) run on the CPU against its reference too, both caches compared (fusion_test_nodes)."""
     text = backend_ops_cpu(llama_build_bin, "SUB_SET_ROWS", 20, timeout=600)
     for case in ("type=turbo3,ne_k=[128,8,1],n_rows=1024,type_v=turbo2,with_v=1",
                  "type=turbo2,ne_k=[256,1,1],n_rows=64,type_v=turbo3,with_v=1"):
@@ -85,7 +85,7 @@ def complete(tool, model, ctk, ctv, prompt, n=32, extra=()):
 PROMPT = "The history of the printing press begins in"
 
 
-# turbo2 keys degraded greedy text into digit runs before patches 0007/0008 (turbo K gain rescale and
+# turbo2 keys degraded greedy text into digit runs before the key transform (turbo K gain rescale and
 # key offset); with them the 2-bit text is readable again (issue #8).
 @pytest.mark.parametrize("ctk, ctv", [("turbo3", "turbo3"), ("turbo2", "turbo2"),
                                       ("q8_0", "turbo2"), ("q8_0", "turbo3"), ("turbo3", "f16")])
@@ -119,7 +119,7 @@ def test_unknown_cache_type_is_refused(llama_tool, model_path):
     assert "turbo3" in (out.stderr + out.stdout)  # the message lists the allowed types
 
 
-# a full-size SWA cache: Gemma 3's window layers keep turbo keys too (by default they keep q8_0 keys, patch 0039)
+# a full-size SWA cache: Gemma 3's window layers keep turbo keys too (the KV-cache patch's default: q8_0 keys)
 EVERY_LAYER_TURBO = ("--swa-full",)
 
 
@@ -150,7 +150,7 @@ def test_upstream_rotation_switch_does_not_change_turbo(llama_tool, model_path, 
     assert "attn_rot_k = 1" in log_q4  # baselines keep upstream's default
 
 
-# Patches 0007/0008 (issue #8): a turbo K is stored as (k - m)/D with q*D on the query side. D comes from
+# The key transform (issue #8): a turbo K is stored as (k - m)/D with q*D on the query side. D comes from
 # the model's q/k norm gains, m is a fixed per-layer mean key from a built-in probe text; both leave q.k
 # unchanged up to a per-query constant, which softmax ignores.
 K_TRANSFORMS_OFF = {"TURBO_K_RESCALE": "0", "TURBO_K_OFFSET": "0"}
@@ -184,7 +184,7 @@ def test_turbo_k_transforms_are_logged_and_repair_turbo3_keys(llama_tool, model_
     assert "gain rescale off (TURBO_K_RESCALE=0)" in log and "key offsets off (TURBO_K_OFFSET=0)" in log
     fixed, log = perplexity(tool, model_path, jargon_path, "turbo3", "f16", extra=EVERY_LAYER_TURBO)
     assert "q/k norm gains rescaled" in log and "key offsets from a" in log
-    # patch 0012: D is computed once per context, not by 19 ops per layer in every graph; patch 0023: with the
+    # the context patch computes D once per context, not by 19 ops per layer in every graph, together with the
     # norm weights it scales, so no op is left. The graphs' own computation (the same f32 steps) must give the same
     # perplexity to the last digit: swapped or misplaced q/k weights would not
     assert "gain factors of 18 layers computed once, with the q/k norm weights they scale" in log
@@ -196,7 +196,7 @@ def test_turbo_k_transforms_are_logged_and_repair_turbo3_keys(llama_tool, model_
 
 
 def test_gemma_query_scale_joins_the_attention(llama_tool, model_path, jargon_path):
-    """Patch 0024: with a turbo K cache Gemma 3's query scale is the attention's kq_scale instead of a SCALE node
+    """The graph patch: with a turbo K cache Gemma 3's query scale is the attention's kq_scale instead of a SCALE node
     after Q's RoPE: one graph node fewer per layer (18 here) and the same perplexity. A dropped or doubled scale
     (1 or 1/256 instead of 1/16) moves it by orders more than the bound."""
     tool = llama_tool("llama-perplexity")
@@ -211,8 +211,8 @@ def test_gemma_query_scale_joins_the_attention(llama_tool, model_path, jargon_pa
 
 
 def test_turbo_gains_leave_qk_norm_mul_rope_in_a_row(llama_tool, model_path):
-    """Patch 0025: ggml-cuda fuses RMS_NORM -> MUL -> ROPE only when the three are consecutive graph nodes. The
-    rescaled q/k norm weights (views of the per-context gains, patch 0023) must enter the graph before the norms,
+    """ggml-cuda fuses RMS_NORM -> MUL -> ROPE only when the three are consecutive graph nodes. The rescaled q/k norm
+    weights (views of the per-context gains) must enter the graph before the norms, where the graph patch puts them,
     not between a norm and its MUL (run 19 on the GPU: 108 unfused launches per Gemma 3 token instead of 36).
     Read from ggml's scheduler dump (GGML_SCHED_DEBUG=2: every non-view node with its index) of a decode graph."""
     cmd = [str(llama_tool("llama-completion")), "-m", str(model_path), "-ctk", "turbo3", "-ctv", "turbo3", "-fa", "on",

@@ -180,8 +180,8 @@ def test_greedy_text_matches_llama_completion_token_for_token(generations, compl
 
 
 def side_mib(log: str) -> dict:
-    """The side tensors of a turbo cache that its size line counts (patch 0052), one stream: per layer, a turbo K
-    keeps its key offset (n_embd_k_gqa f32), the scaled q/k gains (2 n_embd_head_k) and cell 0's exact K row
+    """The side tensors of a turbo cache that its size line counts (the KV-cache patch), one stream: per layer, a turbo
+    K keeps its key offset (n_embd_k_gqa f32), the scaled q/k gains (2 n_embd_head_k) and cell 0's exact K row
     (n_embd_k_gqa), a turbo V cell 0's exact V row (n_embd_v_gqa). The model's sizes from llama's print_info."""
     n = {k: int(re.search(rf"print_info: {k} += (\d+)\n", log).group(1))
          for k in ("n_layer", "n_embd_head_k", "n_embd_k_gqa", "n_embd_v_gqa")}

@@ -84,7 +84,7 @@ def test_quantize_fns_cover_turbo4(llama_build_bin):
 @pytest.mark.parametrize("op, min_cases", [("FLASH_ATTN_EXT", 90), ("SET_ROWS", 8), ("CPY", 3), ("GET_ROWS", 2),
                                            ("SUB_SET_ROWS", 2)])
 def test_backend_ops_cpu_turbo4_cases_match_reference(llama_build_bin, op, min_cases):
-    """patch 0030's turbo4 cases on the CPU backend against its reference implementation: decode (GQA), tiled
+    """The tests patch's turbo4 cases on the CPU backend against its reference implementation: decode (GQA), tiled
     prefill (nb=512), mixed pairs turbo4/turbo3, turbo4/turbo2, q8_0/turbo4, f16/turbo4, sinks, ALiBi, softcap."""
     out = subprocess.run([str(llama_build_bin("test-backend-ops")), "test", "-b", "CPU", "-o", op, "-p", "turbo4"],
                          capture_output=True, text=True, timeout=1500)

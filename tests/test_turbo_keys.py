@@ -1,4 +1,5 @@
-"""Issue #34 items 1-3: the turbo K key data (offsets, rescaled q/k norm weights) of patch 0026, on the built CPU tools.
+"""Issue #34 items 1-3: the turbo K key data (offsets, rescaled q/k norm weights) of the context patch, on the built
+CPU tools.
 
 - the probe that measures them runs on a context of its own: the same offsets for any -c/-b/-ub, and the keys
   stored for a text do not depend on -b
@@ -143,7 +144,7 @@ def test_turbo3_at_batch_1_is_as_close_to_f16_as_in_one_batch(kld_args, turbo3_o
     """Issue #34 item 2 in the output distribution: turbo3/turbo3 decoded one token at a time (-b 1) is as close to
     f16 (mean KL divergence, 2 chunks of 1024 tokens) as in one batch per chunk; the old probe, capped at the batch,
     lost the offsets at -b 1, which the TURBO_K_OFFSET=0 control shows the bound would catch. Measured 2026-12-02
-    (the window layers' keys in q8_0, patch 0039): KLD 0.0456 at -b 1, 0.0447 at -b 1024, 0.0716 without offsets.
+    (the window layers' keys in q8_0): KLD 0.0456 at -b 1, 0.0447 at -b 1024, 0.0716 without offsets.
     Why not closer: any cache of 4 bits or less draws its codes anew when the batch changes f32 rounding (turbo3
     -b 1 against turbo3 -b 2048: KLD 0.109, upstream q4_0: 0.121; results/k-transforms.md)."""
     one = perplexity_kld(*kld_args, *TURBO3, "-b", "1", "-ub", "1")["kld_mean"]
@@ -155,7 +156,7 @@ def test_turbo3_at_batch_1_is_as_close_to_f16_as_in_one_batch(kld_args, turbo3_o
 
 
 def test_window_layers_keep_q8_0_keys(kld_args, turbo3_one_batch):
-    """Patch 0039: with a turbo K cache, Gemma 3's 15 sliding-window layers (a cache of the window's size) store
+    """The KV-cache patch: with a turbo K cache, Gemma 3's 15 sliding-window layers (a cache of the window's size) store
     their keys as q8_0 and the 3 global layers as turbo3, which llama's size lines show; the output is far closer
     to f16 than with turbo3 keys in every layer (--swa-full, which keeps them so). Measured 2026-12-02: KLD 0.0447
     against 0.1361 (the transform's offsets measured for the same layers: a probe that measured the window layers
@@ -273,8 +274,8 @@ def test_prompt_cache_restores_its_key_data(llama_tool, model_path, tmp_path, sa
 
 
 def test_prompt_cache_with_key_data_this_context_cannot_take_is_refused(llama_tool, model_path, tmp_path, saved_run):
-    """A context without 0007's gain rescale (TURBO_K_RESCALE=0) computes its queries without it: the file's keys,
-    stored rescaled, cannot be used there, and the load is refused with the reason, no tokens produced."""
+    """A context without the key transform's gain rescale (TURBO_K_RESCALE=0) computes its queries without it: the
+    file's keys, stored rescaled, cannot be used there, and the load is refused with the reason, no tokens produced."""
     cache, _ = saved_run
     copy = tmp_path / "prompt.cache"
     shutil.copyfile(cache, copy)

@@ -1,5 +1,5 @@
 // The node order of one decode step's graph (llama's cb_eval sees every node in compute order) and the logits it
-// gives, for tests/test_graph_order.py: patch 0020 (turbo K, unless TURBO_FUSE_ROPE_Q=0) must put Q's RoPE right
+// gives, for tests/test_graph_order.py: the graph patch (turbo K, unless TURBO_FUSE_ROPE_Q=0) must put Q's RoPE right
 // before the attention node and leave the logits as they are.
 //   graph_order MODEL CACHE_TYPE  ->  lines "NODE <op> <name> | <src0 name>", then "LOGITS <first 16 logits>"
 #include "llama.h"

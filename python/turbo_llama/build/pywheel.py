@@ -52,7 +52,7 @@ SHARED_DEFINES = ("GGML_NATIVE", "CMAKE_C_FLAGS", "CMAKE_CXX_FLAGS", "CMAKE_C_CO
                   "GGML_CUDA", "CMAKE_CUDA_ARCHITECTURES", "CMAKE_CUDA_COMPILER",
                   "LLAMA_BUILD_NUMBER", "LLAMA_BUILD_COMMIT")
 # the Python package loads libllama and libggml*; left out to keep the build short (about half of the
-# objects): llama.cpp's common library (unused by Python; patch 0004 makes it optional) and the
+# objects): llama.cpp's common library (unused by Python; llama-cpp-python's patch 0004 makes it optional) and the
 # multimodal library mtmd (loaded only by the multimodal chat handlers): `--cmake-arg
 # -DLLAVA_BUILD=ON` brings mtmd back
 WHEEL_DEFINES = {"GGML_RPC": "OFF", "LLAVA_BUILD": "OFF", "LLAMA_BUILD_COMMON": "OFF"}

@@ -81,7 +81,7 @@ def parse_kv_cache(output: str) -> dict | None:
                            v_mib=float(m.group(9))))
     if not caches:
         return None
-    # patches 0007/0008 log how a turbo K is stored ("turbo K: q/k norm gains rescaled ...")
+    # the context patch logs how a turbo K is stored ("turbo K: q/k norm gains rescaled ...")
     turbo_k = list(dict.fromkeys(m.strip() for m in _TURBO_K_LINE.findall(output)))
     total = sum(c["mib"] for c in caches)
     # each cache holds cells x streams tokens for each of its layers
