@@ -1,0 +1,559 @@
+#include "llama-kv-cache-turbo.h"
+
+#include "llama-kv-cache.h"
+
+#include "llama-cparams.h"
+#include "llama-hparams.h"
+#include "llama-impl.h"
+#include "llama-io.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdlib>
+#include <cstring>
+#include <stdexcept>
+
+// the turbo block rotation (ggml-turbo.h in ggml-base, which also exports it to ggml-cpu)
+extern "C" void turbo_rotate_forward_qk(float * x, int64_t k, int qk);
+
+uint32_t llama_kv_head_stored(ggml_type type, uint32_t n_embd_head) {
+    // below 65 the padding would cost x2 or more: turbo3 at 6+ bits/value is no smaller than q8_0
+    const bool pad = ggml_is_turbo(type) && ggml_blck_size(type) == 128 && n_embd_head > 64 && n_embd_head < 128;
+    return pad ? 128 : n_embd_head;
+}
+
+//
+// the cache's memory
+//
+
+// whether a device's backend can write a cache of this type (SET_ROWS from f32). A turbo type that a backend has no
+// kernels for (turbo4 on CUDA for now) must not live in that device's memory: the scheduler could neither write it
+// there nor move the write to the CPU.
+static bool llama_kv_dev_can_write(ggml_backend_dev_t dev, ggml_type type, int64_t n_embd) {
+    ggml_init_params params = { 4*ggml_tensor_overhead(), nullptr, /*no_alloc =*/ true };
+    ggml_context * ctx = ggml_init(params);
+    ggml_tensor * dst  = ggml_new_tensor_2d(ctx, type, n_embd, 1);
+    ggml_tensor * src  = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_embd, 1);
+    ggml_tensor * rows = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, 1);
+    const bool ok = ggml_backend_dev_supports_op(dev, ggml_set_rows(ctx, dst, src, rows));
+    ggml_free(ctx);
+    return ok;
+}
+
+void llama_kv_turbo_buft(ggml_backend_dev_t dev, ggml_type type_k, uint32_t n_embd_k_gqa, ggml_type type_v,
+                         uint32_t n_embd_v_gqa, ggml_backend_buffer_type_t & buft, const char *& dev_name) {
+    // the CPU backend runs the ops of a cache in host memory; the line is the cache constructor's, as the lines around it
+    for (const auto & [type, n_embd] : { std::make_pair(type_k, n_embd_k_gqa), std::make_pair(type_v, n_embd_v_gqa) }) {
+        if (ggml_is_turbo(type) && buft != ggml_backend_cpu_buffer_type() &&
+            !llama_kv_dev_can_write(dev, type, n_embd)) {
+            static bool logged = false;
+            if (!logged) {
+                LLAMA_LOG_WARN("%s: %s has no %s kernels yet: this cache stays in host memory and its "
+                               "attention runs on the CPU\n", "llama_kv_cache", dev_name, ggml_type_name(type));
+                logged = true;
+            }
+            buft     = ggml_backend_cpu_buffer_type();
+            dev_name = "CPU";
+        }
+    }
+}
+
+ggml_type llama_kv_turbo_type_k_swa(const llama_hparams & hparams, ggml_type type_k, bool swa_full,
+                                    uint32_t size_swa, uint32_t size_base) {
+    // a turbo K cache keeps the keys of the sliding-window layers in q8_0. Their cache holds only the window (n_swa +
+    // n_ubatch cells at any context), and on Gemma 3 these layers carry most of turbo K's loss
+    // (results/k-transforms.md). A full-size SWA cache (--swa-full) keeps turbo keys everywhere.
+    // Head sizes that q8_0's 32-value blocks do not divide (a padded head of 80, say) keep turbo keys there too.
+    // (the log line is the iSWA constructor's, as the lines around it)
+    bool q8_0_fits = true;
+    for (uint32_t il = 0; il < hparams.n_layer(); ++il) {
+        q8_0_fits = q8_0_fits && (!hparams.is_swa(il) || hparams.n_embd_head_k(il) % ggml_blck_size(GGML_TYPE_Q8_0) == 0);
+    }
+    const ggml_type type_k_swa = ggml_is_turbo(type_k) && !swa_full && q8_0_fits ? GGML_TYPE_Q8_0 : type_k;
+    if (type_k_swa != type_k) {
+        LLAMA_LOG_INFO("%s: turbo K: the sliding-window layers' keys are stored as %s (their cache holds %u cells, "
+                       "not %u; turbo keys lose most there)\n", "llama_kv_cache_iswa", ggml_type_name(type_k_swa), size_swa, size_base);
+    }
+    return type_k_swa;
+}
+
+void llama_kv_turbo::add_layer(ggml_context * ctx, const llama_hparams & hparams, uint32_t il, ggml_type type_k,
+                               ggml_type type_v, bool has_k, bool has_v, bool v_trans, uint32_t n_embd_k_gqa,
+                               uint32_t n_embd_v_gqa, uint32_t n_stream, const char * name_tag) {
+    ggml_tensor * k_off = nullptr;
+    // TURBO_K_OFFSET=force: offsets for any K type (tests: an offset must not change f16 results)
+    const char * off_env = getenv("TURBO_K_OFFSET");
+    if (has_k && (ggml_is_turbo(type_k) ||
+                  (off_env && strcmp(off_env, "force") == 0))) {
+        k_off = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, hparams.n_embd_k_gqa(il)); // real heads: subtracted before padding
+        ggml_format_name(k_off, "cache_%sk_off_l%d", name_tag, il);
+    }
+    ggml_tensor * qk_gain = nullptr;
+    if (k_off) {
+        qk_gain = ggml_new_tensor_1d(ctx, GGML_TYPE_F32, 2*hparams.n_embd_head_k(il));   // q's and k's weights
+        ggml_format_name(qk_gain, "cache_%sqk_gain_l%d", name_tag, il);
+    }
+
+    ggml_tensor * k0 = nullptr;
+    ggml_tensor * v0 = nullptr;
+    if (has_k && ggml_is_turbo(type_k)) {
+        k0 = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_embd_k_gqa, n_stream);
+        ggml_format_name(k0, "cache_%sk0_l%d", name_tag, il);
+    }
+    if (has_v && !v_trans && ggml_is_turbo(type_v)) {
+        v0 = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, n_embd_v_gqa, n_stream);
+        ggml_format_name(v0, "cache_%sv0_l%d", name_tag, il);
+    }
+
+    layers.push_back({ k_off, qk_gain, k0, v0 });
+}
+
+void llama_kv_turbo::share_layer(const llama_kv_turbo & other, int32_t ikv_other) {
+    layers.push_back(other.layers[ikv_other]);
+}
+
+void llama_kv_turbo::restore(const llama_kv_cache & kv) const {
+    for (size_t ikv = 0; ikv < layers.size(); ++ikv) {
+        const auto & layer = layers[ikv];
+        const int32_t il = kv.layers[ikv].il;
+        const auto it = k_off_host.find(il);
+        if (layer.k_off && it != k_off_host.end()) {
+            ggml_backend_tensor_set(layer.k_off, it->second.data(), 0, ggml_nbytes(layer.k_off));
+        }
+        const auto ig = qk_gain_host.find(il);
+        if (layer.qk_gain && ig != qk_gain_host.end()) {
+            ggml_backend_tensor_set(layer.qk_gain, ig->second.data(), 0, ggml_nbytes(layer.qk_gain));
+        }
+    }
+}
+
+size_t llama_kv_turbo::size_k_bytes() const {
+    size_t size = 0;
+    for (const auto & layer : layers) {
+        for (const ggml_tensor * t : { layer.k_off, layer.qk_gain, layer.k0 }) {
+            size += t ? ggml_nbytes(t) : 0;
+        }
+    }
+    return size;
+}
+
+size_t llama_kv_turbo::size_v_bytes() const {
+    size_t size = 0;
+    for (const auto & layer : layers) {
+        size += layer.v0 ? ggml_nbytes(layer.v0) : 0;
+    }
+    return size;
+}
+
+//
+// the key transform's per-layer data (set by the context: llama_context::turbo_qk_gains, the probe)
+//
+
+bool llama_kv_cache::set_k_off(int32_t il, const float * data, size_t n) {
+    const auto it = map_layer_ids.find(il);
+    if (it == map_layer_ids.end()) {
+        return false;
+    }
+    ggml_tensor * off = turbo.layers[it->second].k_off;
+    if (!off || !off->buffer || !off->data || (size_t) ggml_nelements(off) != n) {
+        return false; // no turbo K here, or a memory-estimate context without buffers
+    }
+    ggml_backend_tensor_set(off, data, 0, ggml_nbytes(off));
+    turbo.k_off_host[il].assign(data, data + n); // restored after clear(true)
+    return true;
+}
+
+bool llama_kv_cache::set_qk_gain(int32_t il, const float * data, size_t n) {
+    const auto it = map_layer_ids.find(il);
+    if (it == map_layer_ids.end()) {
+        return false;
+    }
+    ggml_tensor * d = turbo.layers[it->second].qk_gain;
+    if (!d || !d->buffer || !d->data || (size_t) ggml_nelements(d) != n) {
+        return false;
+    }
+    ggml_backend_tensor_set(d, data, 0, ggml_nbytes(d));
+    turbo.qk_gain_host[il].assign(data, data + n);
+    return true;
+}
+
+ggml_tensor * llama_kv_cache::get_qk_gain(int32_t il) const {
+    const auto it = map_layer_ids.find(il);
+    if (it == map_layer_ids.end() || turbo.qk_gain_host.find(il) == turbo.qk_gain_host.end()) {
+        return nullptr;
+    }
+    return turbo.layers[it->second].qk_gain;
+}
+
+bool llama_kv_cache::has_qk_gain(int32_t il) const {
+    const auto it = map_layer_ids.find(il);
+    return it != map_layer_ids.end() && turbo.layers[it->second].qk_gain != nullptr;
+}
+
+ggml_tensor * llama_kv_cache_context::get_qk_gain(int32_t il) const {
+    return kv->get_qk_gain(il);
+}
+
+bool llama_kv_cache_context::has_qk_gain(int32_t il) const {
+    return kv->has_qk_gain(il);
+}
+
+//
+// cell 0's exact rows and padded heads in the graph
+//
+
+// [n_embd_head, n_head_kv, ns] views of the cell-0 rows, matching get_k/get_v's heads and streams
+static ggml_tensor * llama_kv_cell0_view(ggml_context * ctx, ggml_tensor * t0, uint32_t n_head_kv, const llama_kv_cache::slot_info & sinfo) {
+    if (!t0) {
+        return nullptr;
+    }
+    const uint32_t ns = sinfo.s1 - sinfo.s0 + 1;
+    return ggml_view_3d(ctx, t0, t0->ne[0]/n_head_kv, n_head_kv, ns, t0->nb[0]*(t0->ne[0]/n_head_kv), t0->nb[1], t0->nb[1]*sinfo.s0);
+}
+
+ggml_tensor * llama_kv_cache::get_k0(ggml_context * ctx, int32_t il, const slot_info & sinfo) const {
+    return llama_kv_cell0_view(ctx, turbo.layers[map_layer_ids.at(il)].k0, hparams.n_head_kv(il), sinfo);
+}
+
+ggml_tensor * llama_kv_cache::get_v0(ggml_context * ctx, int32_t il, const slot_info & sinfo) const {
+    return llama_kv_cell0_view(ctx, turbo.layers[map_layer_ids.at(il)].v0, hparams.n_head_kv(il), sinfo);
+}
+
+ggml_tensor * llama_kv_cache_context::get_k0(ggml_context * ctx, int32_t il) const {
+    return kv->get_k0(ctx, il, sinfos[i_cur]);
+}
+
+ggml_tensor * llama_kv_cache_context::get_v0(ggml_context * ctx, int32_t il) const {
+    return kv->get_v0(ctx, il, sinfos[i_cur]);
+}
+
+void llama_kv_turbo::cell0_forget(bool k, bool v, int32_t s) const {
+    for (const auto & layer : layers) {
+        for (ggml_tensor * t0 : { k ? layer.k0 : nullptr, v ? layer.v0 : nullptr }) {
+            if (!t0 || !t0->buffer) {
+                continue;
+            }
+            const std::vector<float> nan_row(t0->ne[0], NAN);
+            for (int64_t i = 0; i < t0->ne[1]; ++i) {
+                if (s < 0 || i == s) {
+                    ggml_backend_tensor_set(t0, nan_row.data(), i*t0->nb[1], t0->nb[1]);
+                }
+            }
+        }
+    }
+}
+
+void llama_kv_turbo::copy_stream(int32_t ikv, uint32_t ssrc, uint32_t sdst) const {
+    for (ggml_tensor * t0 : { layers[ikv].k0, layers[ikv].v0 }) {
+        if (t0) {
+            std::vector<uint8_t> row(t0->nb[1]);
+            ggml_backend_tensor_get(t0, row.data(), ssrc*t0->nb[1], t0->nb[1]);
+            ggml_backend_tensor_set(t0, row.data(), sdst*t0->nb[1], t0->nb[1]);
+        }
+    }
+}
+
+void llama_kv_turbo::cell0_forget_shifted(const llama_kv_cache & kv) const {
+    // the shift graph turns the exact cell-0 rows with their cells, except with MLA's split heads (not built there):
+    // a cell 0 that moved is decoded from then on
+    for (uint32_t s = 0; kv.hparams.n_lora_kv > 0 && s < kv.n_stream; ++s) {
+        if (!kv.v_cells[s].is_empty(0) && kv.v_cells[s].get_shift(0) != 0) {
+            cell0_forget(true, false, s);
+        }
+    }
+}
+
+ggml_tensor * llama_kv_turbo_pad_heads(ggml_context * ctx, ggml_tensor * cur, const ggml_tensor * cache,
+                                       int64_t n_embd_head, int64_t n_head) {
+    if (cache->ne[0] == n_embd_head*n_head) {
+        return cur;
+    }
+    const int64_t n_embd_head_stored = cache->ne[0]/n_head;
+    const int64_t n_tokens = cur->ne[1];
+    if (!ggml_is_contiguous(cur)) {
+        cur = ggml_cont(ctx, cur);
+    }
+    cur = ggml_reshape_3d(ctx, cur, n_embd_head, n_head, n_tokens);
+    cur = ggml_pad(ctx, cur, n_embd_head_stored - n_embd_head, 0, 0, 0);
+    return ggml_reshape_2d(ctx, cur, n_embd_head_stored*n_head, n_tokens);
+}
+
+ggml_tensor * llama_kv_turbo::k_to_store(ggml_context * ctx, ggml_tensor * k_cur, const ggml_tensor * k, int32_t ikv,
+                                         int64_t n_embd_head, int64_t n_head) const {
+    if (layers[ikv].k_off) {
+        k_cur = ggml_sub(ctx, k_cur, layers[ikv].k_off);
+    }
+    return llama_kv_turbo_pad_heads(ctx, k_cur, k, n_embd_head, n_head);
+}
+
+ggml_tensor * llama_kv_turbo::set_rows_cell0(ggml_tensor * set_rows, int32_t ikv, bool is_k) const {
+    ggml_tensor * t0 = is_k ? layers[ikv].k0 : layers[ikv].v0;
+    if (t0) {
+        ggml_set_rows_cell0(set_rows, t0);
+    }
+    return set_rows;
+}
+
+//
+// K-shift
+//
+
+ggml_tensor * llama_kv_turbo::rope_k_off(ggml_context * ctx, const ggml_tensor * tmp, int32_t ikv, uint32_t n_lora_kv) const {
+    ggml_tensor * k_off = layers[ikv].k_off;
+    if (k_off) {
+        const int64_t head = ggml_nelements(k_off)/tmp->ne[1];      // the view covers n_rot of head values
+        const int64_t n    = std::min(head, tmp->ne[0]);            // or all of a padded turbo head
+        const int64_t skip = n_lora_kv > 0 ? head - n : 0;
+        k_off = ggml_view_2d(ctx, k_off, n, tmp->ne[1], head*sizeof(float), skip*sizeof(float));
+        if (n < tmp->ne[0]) {
+            k_off = ggml_pad(ctx, k_off, tmp->ne[0] - n, 0, 0, 0); // the padding's zeros have no offset
+        }
+    }
+    return k_off;
+}
+
+// fwd[m*qk + k] = R[m][k] and inv[m*qk + k] = R[k][m], R the rotation of one block of qk values: ggml_mul_mat(a, x)
+// takes a's rows as its output's weights, so mul_mat(fwd, x) = R x and mul_mat(inv, y) = R^T y = R^-1 y
+static void llama_kv_turbo_rotation_matrices(ggml_tensor * fwd, ggml_tensor * inv) {
+    const int qk = (int) fwd->ne[0];
+    std::vector<float> f((size_t) qk*qk), r((size_t) qk*qk), e(qk);
+    for (int k = 0; k < qk; ++k) {
+        std::fill(e.begin(), e.end(), 0.0f);
+        e[k] = 1.0f;
+        turbo_rotate_forward_qk(e.data(), qk, qk);   // column k of R
+        for (int m = 0; m < qk; ++m) {
+            f[(size_t) m*qk + k] = e[m];
+            r[(size_t) k*qk + m] = e[m];
+        }
+    }
+    ggml_backend_tensor_set(fwd, f.data(), 0, ggml_nbytes(fwd));
+    ggml_backend_tensor_set(inv, r.data(), 0, ggml_nbytes(inv));
+}
+
+// the turbo rotation of one block as matrices, to turn the exact cell-0 rows back to stored keys and forward again
+// around their RoPE: F32 [qk, qk], y = mul_mat(k0_fwd, x), x = mul_mat(k0_inv, y)
+class llm_graph_input_turbo_k0_shift : public llm_graph_input_i {
+public:
+    void set_input(const llama_ubatch * ubatch) override {
+        GGML_UNUSED(ubatch);
+        if (k0_fwd && k0_fwd->buffer) {
+            llama_kv_turbo_rotation_matrices(k0_fwd, k0_inv);
+        }
+    }
+
+    ggml_tensor * k0_fwd = nullptr;
+    ggml_tensor * k0_inv = nullptr;
+};
+
+llm_graph_input_turbo_k0_shift * llama_kv_turbo::build_shift_input(const llama_kv_cache & kv, llm_graph_result * res,
+                                                                   ggml_context * ctx) const {
+    const bool k0_shift = !layers.empty() && layers[0].k0 && kv.hparams.n_lora_kv == 0;
+    if (!k0_shift) {
+        return nullptr;
+    }
+    auto inp = std::make_unique<llm_graph_input_turbo_k0_shift>();
+    const int64_t qk = ggml_blck_size(kv.layers[0].k->type);   // a turbo block: 128 or 64 values
+    inp->k0_fwd = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, qk, qk);
+    inp->k0_inv = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, qk, qk);
+    ggml_set_input(inp->k0_fwd);
+    ggml_set_input(inp->k0_inv);
+    return static_cast<llm_graph_input_turbo_k0_shift *>(res->add_input(std::move(inp)));
+}
+
+void llama_kv_turbo::build_shift_cell0(const llama_kv_cache & kv, const llama_cparams & cparams, ggml_context * ctx,
+                                       ggml_cgraph * gf, const llm_graph_input_turbo_k0_shift * inp,
+                                       ggml_tensor * k_shift, ggml_tensor * rope_factors, float freq_base,
+                                       float freq_scale, uint32_t il) const {
+    const int32_t ikv = kv.map_layer_ids.at(il);
+    ggml_tensor * k0 = layers[ikv].k0;
+    if (!inp || !k0) {
+        return;
+    }
+    const int64_t n_head_kv     = kv.hparams.n_head_kv(il);
+    const int64_t n_embd_head_k = kv.layers[ikv].k->ne[0]/n_head_kv; // the stored row (padded heads)
+    const uint32_t n_stream     = kv.n_stream;
+
+    // cell 0's exact row of each stream: back to stored keys, the same RoPE by cell 0's shift, forward again (an
+    // empty cell 0 shifts by 0)
+    const int64_t qk = inp->k0_fwd->ne[0];
+    ggml_tensor * x = ggml_mul_mat(ctx, inp->k0_inv, ggml_reshape_2d(ctx, k0, qk, ggml_nelements(k0)/qk));
+    x = ggml_reshape_3d(ctx, x, n_embd_head_k, n_head_kv, n_stream);
+    ggml_tensor * pos = ggml_cont(ctx, ggml_view_2d(ctx, k_shift, 1, n_stream, kv.get_size()*sizeof(int32_t), 0));
+    x = kv.build_rope_shift(cparams, ctx, x, ggml_reshape_1d(ctx, pos, n_stream), nullptr, rope_factors, freq_base, freq_scale, il, true);
+    x = ggml_mul_mat(ctx, inp->k0_fwd, ggml_reshape_2d(ctx, x, qk, ggml_nelements(x)/qk));
+    ggml_build_forward_expand(gf, ggml_cpy(ctx, x, k0));
+}
+
+//
+// state files
+//
+
+// the exact cell-0 rows (layer::k0/v0) of the stream. Layout, only for a cache that has them: u32 1 if the state
+// holds the stream's cell 0 (its first cell), then each layer's k0 row and v0 row (f32) where it has one; else u32 0.
+static bool llama_kv_turbo_has_cell0(const std::vector<llama_kv_turbo::layer> & layers) {
+    return std::any_of(layers.begin(), layers.end(), [](const llama_kv_turbo::layer & l) { return l.k0 || l.v0; });
+}
+
+void llama_kv_turbo::state_write_cell0(const llama_kv_cache & kv, llama_io_write_i & io, uint32_t strm,
+                                       const std::vector<std::pair<uint32_t, uint32_t>> & ranges) const {
+    GGML_UNUSED(kv);
+    if (!llama_kv_turbo_has_cell0(layers)) {
+        return;
+    }
+    const uint32_t has = !ranges.empty() && ranges[0].first == 0;
+    io.write(&has, sizeof(has));
+    if (!has) {
+        return;
+    }
+    for (const auto & layer : layers) {
+        for (ggml_tensor * t0 : { layer.k0, layer.v0 }) {
+            if (t0) {
+                io.write_tensor(t0, strm*t0->nb[1], t0->nb[1]);
+            }
+        }
+    }
+}
+
+bool llama_kv_turbo::state_read_cell0(const llama_kv_cache & kv, llama_io_read_i & io, uint32_t strm,
+                                      uint32_t cell_count, const std::vector<std::vector<uint32_t>> & sinfo_idxs) const {
+    GGML_UNUSED(kv);
+    if (!llama_kv_turbo_has_cell0(layers)) {
+        return true;
+    }
+    uint32_t has = 0;
+    io.read(&has, sizeof(has));
+    if (has > 1) {
+        LLAMA_LOG_ERROR("%s: invalid turbo cell-0 flag %u (a state of another build?)\n", __func__, has);
+        return false;
+    }
+    // the state's first cell is its cell 0 where `has`; the restore put it at sinfo's first index
+    const auto & idxs = sinfo_idxs[0];
+    const bool lands_on_0 = cell_count > 0 && idxs[0] == 0;
+    bool writes_0 = false;
+    for (uint32_t i = 0; i < cell_count; ++i) {
+        writes_0 = writes_0 || idxs[i] == 0;
+    }
+    for (const auto & layer : layers) {
+        for (ggml_tensor * t0 : { layer.k0, layer.v0 }) {
+            if (!t0 || !has) {
+                continue;
+            }
+            std::vector<uint8_t> row(t0->nb[1]);
+            io.read(row.data(), row.size());
+            if (lands_on_0) {
+                ggml_backend_tensor_set(t0, row.data(), strm*t0->nb[1], t0->nb[1]);
+            }
+        }
+    }
+    if (writes_0 && !(has && lands_on_0)) {
+        cell0_forget(true, true, strm); // cell 0 now holds another cell of the state, whose exact rows are not in it
+    }
+    return true;
+}
+
+// the per-context key data (offsets, rescaled q/k norm weights) travel with the cells they were stored under.
+// Layout: u32 layer count, then per layer with a key offset: i32 layer, then two arrays (u32 count, f32 values):
+// the offset, the q/k norm weights (count 0 where this cache has none).
+void llama_kv_turbo::state_write_keys(const llama_kv_cache & kv, llama_io_write_i & io) const {
+    const std::map<int32_t, std::vector<float>> * maps[2] = { &k_off_host, &qk_gain_host };
+    uint32_t n = 0;
+    for (const auto & layer : layers) {
+        n += layer.k_off ? 1 : 0;
+    }
+    io.write(&n, sizeof(n));
+    for (size_t ikv = 0; ikv < layers.size(); ++ikv) {
+        if (!layers[ikv].k_off) {
+            continue;
+        }
+        const int32_t il = kv.layers[ikv].il;
+        io.write(&il, sizeof(il));
+        for (const auto * m : maps) {
+            const auto it = m->find(il);
+            const uint32_t cnt = it == m->end() ? 0 : (uint32_t) it->second.size();
+            io.write(&cnt, sizeof(cnt));
+            if (cnt) {
+                io.write(it->second.data(), cnt*sizeof(float));
+            }
+        }
+    }
+}
+
+void llama_kv_turbo::state_read_keys(llama_kv_cache & kv, llama_io_read_i & io, llama_seq_id seq_id) {
+    try {
+        state_read_turbo_keys(kv, io, seq_id);
+    } catch (...) {
+        // the cells just read were stored under key data this context cannot take: they must not stay
+        if (seq_id == -1) {
+            kv.clear(true);
+        } else {
+            kv.seq_rm(seq_id, -1, -1);
+        }
+        throw;
+    }
+}
+
+void llama_kv_turbo::state_read_turbo_keys(llama_kv_cache & kv, llama_io_read_i & io, llama_seq_id seq_id) {
+    std::map<int32_t, std::vector<float>> * maps[2] = { &k_off_host, &qk_gain_host };
+    const char * what[2] = { "key offset", "q/k weights of the rescale" };
+    uint32_t n = 0, n_own = 0;
+    io.read(&n, sizeof(n));
+    for (const auto & layer : layers) {
+        n_own += layer.k_off ? 1 : 0;
+    }
+    if (n != n_own) {
+        throw std::runtime_error(format("the state has turbo K key data for %u layers, this context's cache for %u "
+                                        "(saved with another K cache type or model)", n, n_own));
+    }
+    std::vector<std::array<std::vector<float>, 2>> data(n);
+    std::vector<int32_t> ils(n);
+    bool differs = false;
+    for (uint32_t i = 0; i < n; ++i) {
+        io.read(&ils[i], sizeof(ils[i]));
+        const auto it = kv.map_layer_ids.find(ils[i]);
+        if (it == kv.map_layer_ids.end() || !layers[it->second].k_off) {
+            throw std::runtime_error(format("the state has turbo K key data for layer %d, which this context's cache does not offset", ils[i]));
+        }
+        for (int j = 0; j < 2; ++j) {
+            uint32_t cnt = 0;
+            io.read(&cnt, sizeof(cnt));
+            const auto own = maps[j]->find(ils[i]);
+            const size_t n_have = own == maps[j]->end() ? 0 : own->second.size();
+            if (cnt != n_have) {
+                throw std::runtime_error(format("the state's %s of layer %d has %u values, this context's %zu (saved with "
+                                                "another key transform: TURBO_K_RESCALE / TURBO_K_GAIN_ONCE / model)", what[j], ils[i], cnt, n_have));
+            }
+            data[i][j].resize(cnt);
+            if (cnt) {
+                io.read(data[i][j].data(), cnt*sizeof(float));
+                differs = differs || memcmp(data[i][j].data(), own->second.data(), cnt*sizeof(float)) != 0;
+            }
+        }
+    }
+    if (!differs) {
+        return;
+    }
+    // the keys in the state were stored under other offsets: adopt them, unless cells of other sequences,
+    // stored under this context's, would stay in the cache (a whole-state restore clears the cache first)
+    if (seq_id != -1) {
+        for (uint32_t s = 0; s < kv.n_stream; ++s) {
+            const auto & cells = kv.v_cells[s];
+            for (uint32_t i = 0; i < cells.size(); ++i) {
+                if (!cells.is_empty(i) && (cells.seq_count(i) > 1 || !cells.seq_has(i, seq_id))) {
+                    throw std::runtime_error("the state's turbo K key offsets differ from this context's, and other "
+                                             "sequences are cached under this context's: refusing to load it under other offsets");
+                }
+            }
+        }
+    }
+    for (uint32_t i = 0; i < n; ++i) {
+        const auto & d = data[i];
+        const bool ok = kv.set_k_off(ils[i], d[0].data(), d[0].size()) &&
+                        (d[1].empty() || kv.set_qk_gain(ils[i], d[1].data(), d[1].size()));
+        if (!ok) {
+            throw std::runtime_error(format("could not restore the turbo K key data of layer %d", ils[i]));
+        }
+    }
+    LLAMA_LOG_WARN("%s: turbo K: the state's key offsets differ from this context's probe; using the state's "
+                   "(its keys were stored under them)\n", __func__);
+}
