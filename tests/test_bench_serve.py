@@ -101,6 +101,7 @@ def test_prompts_exact_length_distinct_with_their_key():
     assert len({tuple(p["tokens"]) for p in ps}) == 6 and len({p["key"] for p in ps}) == 6
     for p in ps:
         assert "".join(map(chr, p["tokens"][1:])).endswith(serve.key_line(p["key"]))
+    assert serve.build_prompts(text, 9, 80, _fake_tokenize)[:6] == ps   # the same prompts for every n
     with pytest.raises(ValueError, match="too short for the key line"):
         serve.build_prompts(text, 1, 30, _fake_tokenize)
 
@@ -302,6 +303,7 @@ def test_serve_tiny_real_run(tmp_path, model_path, llama_tool):
     assert r.exit_code == 0, r.output + (str(r.exception) if r.exception else "")
     res = json.loads((out / "serve.json").read_text())
     assert res["status"] == "done" and not res["errors"]
+    assert "serve --model " in res["command"] and "--types f16,turbo3 --users 1,2 --budget-gib 0.005" in res["command"]
     eq = {(x["type"], x["users"]): x for x in res["runs"] if x["mode"] == "users"}
     assert set(eq) == {("f16", 1), ("f16", 2), ("turbo3", 1), ("turbo3", 2)}
     for x in res["runs"]:

@@ -305,10 +305,12 @@ def drive_clients(port: int, prompts: list[list[int]], users: int, requests_per_
 
 # --------------------------------------------------------------------------------------------------- prompts
 def build_prompts(text: str, n: int, prompt_tokens: int, tokenize: Callable[[str, bool], list[int]]) -> list[dict]:
-    """n prompts of exactly prompt_tokens tokens: a distinct passage of text (BOS first, where the model has one)
-    and the key line of the request. tokenize(text, add_special) is the server's."""
+    """n prompts of exactly prompt_tokens tokens: a passage of text (BOS first, where the model has one) and the key
+    line of the request. Prompt i is the same for every n (the passages follow each other through the text, from
+    the start again at its end; the key makes each distinct). tokenize(text, add_special) is the server's."""
     out = []
-    stride = max(1, (len(text) - 8 * prompt_tokens) // max(n, 1))
+    span = 8 * prompt_tokens + 64   # characters: more than prompt_tokens tokens of prose
+    room = max(1, len(text) - span)
     for i in range(n):
         key = request_key(i)
         tail_toks = tokenize(key_line(key), False)
@@ -316,9 +318,9 @@ def build_prompts(text: str, n: int, prompt_tokens: int, tokenize: Callable[[str
         if n_fill < 1 + 4:
             raise ValueError(f"--prompt-tokens {prompt_tokens} is too short for the key line "
                              f"({len(tail_toks)} tokens): give at least {len(tail_toks) + 5}")
-        start = (i * stride) % max(1, len(text) - 8 * prompt_tokens)
+        start = (i * span) % room
         start = text.find(" ", start) + 1 if text.find(" ", start) >= 0 else start   # at a word
-        chunk = text[start: start + 8 * prompt_tokens + 64]
+        chunk = text[start: start + span]
         fill = tokenize(chunk, True)[:n_fill]
         if len(fill) < n_fill:
             raise ValueError(f"the prompt text is too short for {prompt_tokens}-token prompts")
