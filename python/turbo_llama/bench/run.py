@@ -23,7 +23,6 @@ import json
 import os
 import re
 import shlex
-import shutil
 import statistics
 from pathlib import Path
 
@@ -34,7 +33,7 @@ from ..cache_types import check_caches, parse_cache, supported_types
 from ..errors import ToolError
 from ..eval import processes
 from ..eval.llama_tools import check_unsupported, tool_reason, tool_version
-from ..eval.outputs import publish, staging_dir
+from ..eval.outputs import finishing, staging_dir
 from .shapes import RANDOM_WEIGHTS_WARNING, SHAPES
 
 
@@ -147,7 +146,9 @@ def run_bench(*, model_path: Path, random_shape: str | None, types: list[str], d
         res["warning"] = RANDOM_WEIGHTS_WARNING.format(name=SHAPES[random_shape].note or random_shape)
     stage = staging_dir(out)
     bar = tqdm(total=len(types) * rounds, desc="bench", disable=not progress, dynamic_ncols=True)
-    try:
+    write = lambda: _write_outputs(res, stage, exe, model_path, random_shape, types, backend, threads, reps,  # noqa: E731
+                                   rounds)
+    with finishing(res, bar, stage, out, write):
         for rnd in range(rounds):
             for t in types:
                 if t in res["errors"]:   # failed in an earlier round: its error stands
@@ -159,22 +160,6 @@ def run_bench(*, model_path: Path, random_shape: str | None, types: list[str], d
                            bar)
                 (stage / "bench.json").write_text(json.dumps(res, indent=1))
                 bar.update(1)
-        res["status"] = "done"
-    except KeyboardInterrupt:
-        res["status"] = "interrupted"
-        raise
-    except BaseException:
-        res["status"] = "failed"
-        raise
-    finally:
-        bar.close()
-        processes.stop_all()
-        res["finished"] = _dt.datetime.now().isoformat(timespec="seconds")
-        if res["status"] == "failed":   # no half-written results: the caller reports the reason
-            shutil.rmtree(stage, ignore_errors=True)
-        else:
-            _write_outputs(res, stage, exe, model_path, random_shape, types, backend, threads, reps, rounds)
-            publish(stage, out)
     return res
 
 

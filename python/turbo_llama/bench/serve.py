@@ -48,7 +48,6 @@ import math
 import os
 import platform
 import shlex
-import shutil
 import socket
 import statistics
 import threading
@@ -60,9 +59,8 @@ from typing import Callable, Iterable, Iterator
 from ..build.installed import find_tool
 from ..cache_types import parse_cache
 from ..errors import ToolError
-from ..eval import processes
 from ..eval.llama_tools import LlamaServer, UnsupportedCacheType, check_unsupported, parse_kv_cache, tool_version
-from ..eval.outputs import publish, staging_dir
+from ..eval.outputs import finishing, staging_dir
 from ..util import tail
 
 GIB = 2 ** 30
@@ -548,7 +546,7 @@ def run_serve(*, model_path: Path, types: list[str], users: list[int], budget_gi
     note = bar.set_description if progress else (lambda m: None)
     save = lambda: (stage / "serve.json").write_text(json.dumps(res, indent=1))  # noqa: E731
     done_runs: dict[tuple[str, int], dict] = {}
-    try:
+    with finishing(res, bar, stage, out, lambda: _write_serve_outputs(res, stage, model_path)):
         for t in types:
             for n in users:
                 if t in res["errors"]:
@@ -598,22 +596,6 @@ def run_serve(*, model_path: Path, types: list[str], users: list[int], budget_gi
                     _one(res, exe, s, t, plan[t], prompts_for, stage, note, bar, done_runs, mode="budget",
                          budget_gib=budget_gib)
                 save()
-        res["status"] = "done"
-    except KeyboardInterrupt:
-        res["status"] = "interrupted"
-        raise
-    except BaseException:
-        res["status"] = "failed"
-        raise
-    finally:
-        bar.close()
-        processes.stop_all()
-        res["finished"] = _dt.datetime.now().isoformat(timespec="seconds")
-        if res["status"] == "failed":
-            shutil.rmtree(stage, ignore_errors=True)
-        else:
-            _write_serve_outputs(res, stage, model_path)
-            publish(stage, out)
     return res
 
 

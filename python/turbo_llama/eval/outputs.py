@@ -6,8 +6,13 @@ that was killed outright (SIGKILL) is ours by its name, and the next run with th
 """
 from __future__ import annotations
 
+import contextlib
+import datetime as _dt
 import shutil
 from pathlib import Path
+from typing import Callable, Iterator
+
+from . import processes
 
 
 def staging_dir(out: Path) -> Path:
@@ -29,3 +34,28 @@ def publish(stage: Path, out: Path) -> None:
     stage.rename(out)
     if old is not None:
         shutil.rmtree(old, ignore_errors=True)
+
+
+@contextlib.contextmanager
+def finishing(res: dict, bar, stage: Path, out: Path, write_outputs: Callable[[], None]) -> Iterator[None]:
+    """Run the body of a long job: res["status"] ends as done, interrupted or failed; the progress bar is closed and
+    every child process stopped whatever happens. A failed job leaves no half-written results (the caller reports
+    the reason); a finished or interrupted one writes its outputs and publishes them from `stage` to `out`."""
+    try:
+        yield
+        res["status"] = "done"
+    except KeyboardInterrupt:
+        res["status"] = "interrupted"
+        raise
+    except BaseException:
+        res["status"] = "failed"
+        raise
+    finally:
+        bar.close()
+        processes.stop_all()
+        res["finished"] = _dt.datetime.now().isoformat(timespec="seconds")
+        if res["status"] == "failed":
+            shutil.rmtree(stage, ignore_errors=True)
+        else:
+            write_outputs()
+            publish(stage, out)
