@@ -19,7 +19,8 @@ build_rc=$?
 [ $build_rc = 0 ] || echo "ci: turbo-llama build failed (exit $build_rc); the tests will show it" >&2
 
 # --- the quick eval on the default model (Gemma 3 270M: the quality ladder, needles to 4K) and a short Qwen check
-# --- (Qwen2.5 Coder 1.5B: one 2048-token chunk for f16, turbo3 and turbo4 where the build has it; no needles).
+# --- (Qwen2.5 Coder 1.5B: one 2048-token chunk of the Jargon File and one of the stdlib code text, for f16, turbo3
+# --- and turbo4 where the build has it; no needles).
 # --- tests/test_eval_guard.py compares both with tests/data/eval_reference.json (and reruns them if missing).
 eval_rc=skipped
 qwen_rc=skipped
@@ -28,8 +29,8 @@ if [ $build_rc = 0 ]; then
     turbo-llama eval --quick --out results/ci
     eval_rc=$?
     qwen_types=$(python -c 'from turbo_llama.cache_types import qwen_check_types; print(qwen_check_types())')
-    stamp "turbo-llama eval --model qwen2.5-coder-1.5b --types $qwen_types --chunks 1 --no-niah --out results/ci-qwen"
-    turbo-llama eval --model qwen2.5-coder-1.5b --types "$qwen_types" --chunks 1 --no-niah --out results/ci-qwen
+    stamp "turbo-llama eval --model qwen2.5-coder-1.5b --types $qwen_types --chunks 1 --no-niah --text jargon,code --out results/ci-qwen"
+    turbo-llama eval --model qwen2.5-coder-1.5b --types "$qwen_types" --chunks 1 --no-niah --text jargon,code --out results/ci-qwen
     qwen_rc=$?
 else
     echo "ci: build failed: evals skipped"

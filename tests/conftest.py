@@ -152,7 +152,8 @@ def eval_results(model_path, jargon_path, bible_path, llama_tool) -> dict:
     return json.loads(f.read_text())
 
 
-QWEN_CHECK = ["--model", "qwen2.5-coder-1.5b", "--chunks", "1", "--no-niah"]   # + --types: ci/run.sh's Qwen step
+# ci/run.sh's Qwen step (+ --types): two texts, the guard reads both
+QWEN_CHECK = ["--model", "qwen2.5-coder-1.5b", "--chunks", "1", "--no-niah", "--text", "jargon,code"]
 
 
 @pytest.fixture(scope="session")

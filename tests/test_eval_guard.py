@@ -1,9 +1,10 @@
 """CI's quality guard (#28): the quick eval on Gemma and the short Qwen check against committed figures.
 
 tests/data/eval_reference.json holds, per model, the PPL ratio to f16 and the mean KLD of each guarded
-cache from a reference run (the lead updates it from final runs; its "source" says which). A guarded
-figure fails when it regresses by more than a quarter of its distance from the ideal (PPL ratio: from 1;
-KLD: from 0), with a floor of GUARD_FLOOR for the arithmetic's own noise between CPUs.
+cache from a reference run, Qwen's also on a second text (caches_by_text); the lead updates it from final
+runs and its "source" says which. A guarded figure fails when it regresses by more than a quarter of its
+distance from the ideal (PPL ratio: from 1; KLD: from 0), with a floor of GUARD_FLOOR for the arithmetic's own
+noise between CPUs.
 """
 from __future__ import annotations
 
@@ -83,5 +84,14 @@ def test_gemma_quick_eval_within_guard(eval_results):
 def test_qwen_check_within_guard(qwen_results):
     ref = _reference("qwen2.5-coder-1.5b", qwen_results)
     # turbo4 is guarded where the build has it (ci/run.sh asks for it then: cache_types.qwen_check_types)
-    caches = {t: f for t, f in ref["caches"].items() if t != "turbo4" or "turbo4" in qwen_results["types"]}
-    assert regressions(qwen_results, {**ref, "caches": caches}) == []
+    def guarded(caches: dict) -> dict:
+        return {t: f for t, f in caches.items() if t != "turbo4" or "turbo4" in qwen_results["types"]}
+    lines = regressions(qwen_results, {"caches": guarded(ref["caches"])})
+    # the second text (#51): a key quantizer tuned on one text must hold on the other
+    by_text = qwen_results.get("ppl_by_text") or {}
+    for text, text_ref in ref.get("caches_by_text", {}).items():
+        if text not in by_text:
+            lines.append(f"{text}: not measured (the check ran {', '.join(by_text) or 'no text'})")
+            continue
+        lines += [f"{text}: {line}" for line in regressions({"ppl": by_text[text]}, {"caches": guarded(text_ref)})]
+    assert lines == []
