@@ -29,8 +29,9 @@ if [ $build_rc = 0 ]; then
     turbo-llama eval --quick --out results/ci
     eval_rc=$?
     qwen_types=$(python -c 'from turbo_llama.cache_types import qwen_check_types; print(qwen_check_types())')
-    stamp "turbo-llama eval --model qwen2.5-coder-1.5b --types $qwen_types --chunks 1 --no-niah --text jargon,code --out results/ci-qwen"
-    turbo-llama eval --model qwen2.5-coder-1.5b --types "$qwen_types" --chunks 1 --no-niah --text jargon,code --out results/ci-qwen
+    qwen_args=(--model qwen2.5-coder-1.5b --types "$qwen_types" --chunks 1 --no-niah --text jargon,code --out results/ci-qwen)
+    stamp "turbo-llama eval ${qwen_args[*]}"
+    turbo-llama eval "${qwen_args[@]}"
     qwen_rc=$?
 else
     echo "ci: build failed: evals skipped"
