@@ -28,7 +28,8 @@
 #            token a decode step), TL_PPL_TEXT (.devcarry/<name>.txt, default text), TL_PPL_CHUNKS (4)
 #   profile  ncu of one decode op per kernel (TL_NCU: TYPE:KV:KERNEL specs) with the stall reasons and pipe use; with
 #            TL_KTIME="f16 turbo3": every kernel of a few depth-0 decode steps timed and summed by name (ci/ktime.py);
-#            TL_KTIME_DEPTH=32768: the decode attention's kernels of steps at that depth (not yet run on the H200)
+#            TL_KTIME_DEPTH=32768: the decode attention's kernels of steps at that depth (not yet run on the H200);
+#            TL_KTIME_NPL=32 TL_KTIME_DEPTH=4096: every kernel of decode steps of 32 sequences at 4096 keys each
 #   (eval also runs ci/gpu-kv.sh: the KV-cache features on CUDA with Gemma)
 #
 # .devcarry is not in git: make it first on the CPU machine (a few minutes):
@@ -225,8 +226,22 @@ if [[ " $PHASES " == *" profile "* ]]; then
         # (TL_KTIME_KERNELS, a regex), so that the depth's prefill is neither profiled nor counted
         KD=${TL_KTIME_DEPTH:-0}
         KSEL=(); [ "$KD" != 0 ] && KSEL=(-k "regex:${TL_KTIME_KERNELS:-flash_attn_ext_vec|flash_attn_combine|k_turbo_fattn}")
+        # TL_KTIME_NPL=N: instead, N sequences (one KV stream each) decoding at TL_KTIME_DEPTH keys each
+        # (llama-batched-bench with one shared prompt, so that a single prompt is prefilled): every kernel of the
+        # last 3 decode steps, summed per token of those steps
+        NPL=${TL_KTIME_NPL:-0}
+        [ "$NPL" != 0 ] && KSEL=()
         for t in ${TL_KTIME:-}; do
-            f="$OUT/ktime-$t-d$KD.csv"
+            f="$OUT/ktime-$t-d$KD-n$NPL.csv"
+            if [ "$NPL" != 0 ]; then
+                GGML_CUDA_DISABLE_GRAPHS=1 timeout ${TL_NCU_TIMEOUT:-150} ncu --clock-control none --cache-control none \
+                    --metrics gpu__time_duration.sum --csv --print-units base \
+                    "$B/llama-batched-bench" -m "$M8" -c $((NPL*(KD+128))) -b 2048 -ub 512 -npp "$KD" -ntg 4 -npl "$NPL" -pps \
+                    -fa on -ngl 99 -ctk $t -ctv $t > "$f" 2> "$f.err"
+                log "ktime $t (llama8b, $NPL sequences at depth $KD, the last 3 decode steps): rc=$?"
+                python3 "$REPO/ci/ktime.py" --last-steps 3 "$f" $((3*NPL)) 2>&1 | head -24 | tee -a "$OUT/summary.txt"
+                continue
+            fi
             GGML_CUDA_DISABLE_GRAPHS=1 timeout ${TL_NCU_TIMEOUT:-150} ncu --clock-control none --cache-control none "${KSEL[@]}" \
                 --metrics gpu__time_duration.sum --csv --print-units base \
                 "$B/llama-bench" -m "$M8" -p 0 -n 8 -d "$KD" -r 1 -fa 1 -ngl 99 -ctk $t -ctv $t --no-warmup > "$f" 2> "$f.err"

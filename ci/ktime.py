@@ -1,11 +1,15 @@
 #!/usr/bin/env python3
 """Sum ncu's per-kernel durations by kernel name: where the time of a decode step goes.
 
-    ktime.py NCU_CSV N_TOKENS [OTHER_NCU_CSV ...]
+    ktime.py [--last-steps K] NCU_CSV N_TOKENS [OTHER_NCU_CSV ...]
 
 NCU_CSV is the stdout of `ncu --csv --print-units base --metrics gpu__time_duration.sum <program>` (the
 program's own output may be mixed in; only ncu's quoted CSV lines are read). Prints, per kernel name (template
 arguments cut), the launches and microseconds per token, largest first, then the totals.
+
+--last-steps K keeps only the last K graph evaluations of the run (e.g. the decode steps after a prefill): the
+shortest period P with which the run's last K*P kernel names repeat, K times (a decode step's graph launches the
+same kernels every step; the prefill's differ). N_TOKENS is then the tokens of those K steps.
 """
 import csv
 import sys
@@ -20,28 +24,38 @@ def short_name(name: str) -> str:
     return name.replace("void ", "").strip()
 
 
-def read(path: str) -> dict[str, list[float]]:
+def read(path: str, last_steps: int = 0) -> dict[str, list[float]]:
     with open(path, errors="replace") as f:
         lines = [ln for ln in f if ln.startswith('"')]
     if not lines:
         raise SystemExit(f"{path}: no ncu CSV lines (did ncu run?)")
-    rows = csv.DictReader(lines)
+    launches = [(short_name(r["Kernel Name"]), float(r["Metric Value"].replace(",", "")) / 1000.0)   # ns -> us
+                for r in csv.DictReader(lines) if r.get("Metric Name") == "gpu__time_duration.sum"]
+    if last_steps > 0:
+        names = [name for name, _ in launches]
+        period = next((p for p in range(1, len(names) // last_steps + 1)
+                       if all(names[-p * (k + 1):len(names) - p * k] == names[-p:] for k in range(1, last_steps))), 0)
+        if not period:
+            raise SystemExit(f"{path}: the last launches do not repeat {last_steps} times")
+        print(f"{path}: the last {last_steps} steps, {period} launches each")
+        launches = launches[-period * last_steps:]
     per: dict[str, list[float]] = defaultdict(list)
-    for r in rows:
-        if r.get("Metric Name") != "gpu__time_duration.sum":
-            continue
-        value = float(r["Metric Value"].replace(",", ""))   # ns with --print-units base
-        per[short_name(r["Kernel Name"])].append(value / 1000.0)
+    for name, us in launches:
+        per[name].append(us)
     return per
 
 
 def main(argv: list[str]) -> int:
+    last_steps = 0
+    if len(argv) > 2 and argv[1] == "--last-steps":
+        last_steps = int(argv[2])
+        argv = [argv[0], *argv[3:]]
     if len(argv) < 3:
         print(__doc__)
         return 2
     n_tok = float(argv[2])
     for path in [argv[1], *argv[3:]]:
-        per = read(path)
+        per = read(path, last_steps)
         total_n = sum(len(v) for v in per.values())
         total_us = sum(sum(v) for v in per.values())
         print(f"== {path}: {total_n/n_tok:.0f} launches, {total_us/n_tok:.1f} us of kernel time per token")
