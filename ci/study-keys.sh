@@ -11,12 +11,16 @@
 #                ring of W), 1 the W keys before the ubatch and all of the ubatch's own (a ring written after the
 #                attention plus the ubatch's exact rows), 2 the W last keys written (a ring written before it).
 #                W = 0, mode 0: the row path with only cell 0 exact, the baseline of the window runs.
+#                Suffixes :konly (the window's keys only, V decoded), :f16 / :q8 (the exact rows rounded to f16,
+#                or to q8_0's 32-value blocks with an f16 scale).
+#                A ring of R rows written by the cache's SET_ROWS before the attention is mode 2 with W = R; with
+#                R = W' + n_ubatch it keeps mode 1's W' keys before a full ubatch.
 #   TYPE:k8=L,L  q8_0 keys in those layers (TURBO_STUDY_K8), the shipped paths otherwise.
 # TEXT: jargon, kjv or code (the eval's texts in $TURBO_LLAMA_CACHE/texts) or a file. The study tree is a copy of
 # the prepared tree (`turbo-llama prepare`; its path from `turbo-llama info`) with the diff applied, built once in
 # $STUDY_DIR (default /tmp/turbo-study; a cold build takes ~8 minutes on 2 cores); one line per spec on stdout.
 set -eu
-[ $# -ge 3 ] || { sed -n 2,19p "$0"; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,22p "$0"; exit 2; }
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${TURBO_LLAMA_CACHE:-$HOME/.cache/turbo-llama}
 W=${STUDY_DIR:-/tmp/turbo-study}; B=$W/build/bin
@@ -52,11 +56,14 @@ for spec in "$@"; do
     case $sw in
         "")        ;;
         k8=*)      envs=(TURBO_STUDY_K8="${sw#k8=}") ;;
-        w*:m*)     w=${sw%%:*}; m=${sw#*:}; envs=(TURBO_STUDY_W="${w#w}" TURBO_STUDY_MODE="${m#m}") ;;
+        w*:m*)     w=${sw%%:*}; m=${sw#*:}; m=${m%%:*}; envs=(TURBO_STUDY_W="${w#w}" TURBO_STUDY_MODE="${m#m}")
+                   [[ $sw == *:konly* ]] && envs+=(TURBO_STUDY_KONLY=1)
+                   [[ $sw == *:f16* ]] && envs+=(TURBO_STUDY_F16=1)
+                   [[ $sw == *:q8* ]] && envs+=(TURBO_STUDY_Q8=1) ;;
         *)         echo "bad spec $spec (TYPE, TYPE:wW:mM or TYPE:k8=L,L)" >&2; exit 2 ;;
     esac
     log=$W/$name-${spec//[:=,]/_}.log
-    env -u TURBO_STUDY_K8 -u TURBO_STUDY_W -u TURBO_STUDY_MODE "${envs[@]}" "$B/llama-perplexity" "${P[@]}" \
+    env -u TURBO_STUDY_K8 -u TURBO_STUDY_W -u TURBO_STUDY_MODE -u TURBO_STUDY_KONLY -u TURBO_STUDY_F16 -u TURBO_STUDY_Q8 "${envs[@]}" "$B/llama-perplexity" "${P[@]}" \
         -ctk "$t" -ctv "$t" --kl-divergence-base "$base" --kl-divergence > "$log" 2>&1 || { tail -5 "$log" >&2; exit 1; }
     ratio=$(sed -n 's/^Mean PPL(Q)\/PPL(base) *: *\([0-9.]*\).*/\1/p' "$log")
     kld=$(sed -n 's/^Mean *KLD: *\([0-9.]*\).*/\1/p' "$log")
