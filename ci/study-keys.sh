@@ -20,7 +20,7 @@
 # the prepared tree (`turbo-llama prepare`; its path from `turbo-llama info`) with the diff applied, built once in
 # $STUDY_DIR (default /tmp/turbo-study; a cold build takes ~8 minutes on 2 cores); one line per spec on stdout.
 set -eu
-[ $# -ge 3 ] || { sed -n 2,22p "$0"; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,21p "$0"; exit 2; }
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${TURBO_LLAMA_CACHE:-$HOME/.cache/turbo-llama}
 W=${STUDY_DIR:-/tmp/turbo-study}; B=$W/build/bin
