@@ -11,6 +11,8 @@
 #                ring of W), 1 the W keys before the ubatch and all of the ubatch's own (a ring written after the
 #                attention plus the ubatch's exact rows), 2 the W last keys written (a ring written before it).
 #                W = 0, mode 0: the row path with only cell 0 exact, the baseline of the window runs.
+#                The window acts in layers with a turbo K only (Gemma's sliding-window layers keep q8_0 keys, and
+#                their wrapped cache's cell order is not position order, which the modes assume).
 #                Suffixes :konly (the window's keys only, V decoded), :f16 / :q8 (the exact rows rounded to f16,
 #                or to q8_0's 32-value blocks with an f16 scale).
 #                A ring of R rows written by the cache's SET_ROWS before the attention is mode 2 with W = R; with
@@ -20,7 +22,7 @@
 # the prepared tree (`turbo-llama prepare`; its path from `turbo-llama info`) with the diff applied, built once in
 # $STUDY_DIR (default /tmp/turbo-study; a cold build takes ~8 minutes on 2 cores); one line per spec on stdout.
 set -eu
-[ $# -ge 3 ] || { sed -n 2,21p "$0"; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,23p "$0"; exit 2; }
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${TURBO_LLAMA_CACHE:-$HOME/.cache/turbo-llama}
 W=${STUDY_DIR:-/tmp/turbo-study}; B=$W/build/bin
