@@ -8,6 +8,7 @@
 #include "ggml-cpu.h"
 #include "ggml-cpu-impl.h"
 #include "ggml-impl.h"
+#include "ggml-quants.h"
 #include "ggml-turbo.h"
 #include "ops.h"
 #include "vec.h"
@@ -69,20 +70,59 @@ static void turbo_set_cell0_row(const ggml_tensor * cell0, int64_t row, ggml_typ
 
 // SET_ROWS
 
-const ggml_tensor * ggml_turbo_set_rows_cell0(const ggml_tensor * dst) {
-    const ggml_tensor * cell0 = ggml_is_turbo(dst->type) ? dst->src[3] : nullptr;
-    GGML_ASSERT(!cell0 || (dst->ne[2] == 1 && dst->ne[3] == 1));
-    return cell0;
+bool ggml_turbo_set_rows_has_side(const ggml_tensor * dst) {
+    const bool side = (ggml_is_turbo(dst->type) && dst->src[3]) || dst->src[4];
+    GGML_ASSERT(!side || (dst->ne[2] == 1 && dst->ne[3] == 1));
+    return side;
 }
 
-void ggml_turbo_set_rows_cell0_row(const ggml_tensor * cell0, const ggml_tensor * dst, int64_t i1, const float * x, int64_t n) {
-    const int64_t cell0_every = dst->ne[1]/cell0->ne[1]; // kv_size: rows per stream
-    if (i1 % cell0_every == 0) {
-        turbo_set_cell0_row(cell0, i1/cell0_every, dst->type, x, n);
+void ggml_turbo_set_rows_side(const ggml_tensor * dst, int64_t i1, const float * x, int64_t n) {
+    const bool turbo = ggml_is_turbo(dst->type);
+    const ggml_tensor * cell0 = turbo ? dst->src[3] : nullptr;
+    const ggml_tensor * ring  = dst->src[4];
+    if (cell0) {
+        const int64_t cell0_every = dst->ne[1]/cell0->ne[1]; // kv_size: rows per stream
+        if (i1 % cell0_every == 0) {
+            turbo_set_cell0_row(cell0, i1/cell0_every, dst->type, x, n);
+        }
+    }
+    if (ring) {
+        // cell c of stream s goes to ring row c % R of the stream: the most recent R cells written, when the cells
+        // are written in order (the host knows which cell each row holds)
+        const int64_t kv_size = dst->ne[1]/ring->ne[2];
+        const int64_t s = i1/kv_size, c = i1 % kv_size;
+        char * out = (char *) ring->data + s*ring->nb[2] + (c % ring->ne[1])*ring->nb[1];
+        if (turbo) {
+            float r[GGML_TURBO_FA_MAX_D];
+            GGML_ASSERT(n <= GGML_TURBO_FA_MAX_D && x);
+            memcpy(r, x, n*sizeof(float));
+            turbo_rotate_forward_qk(r, n, turbo_qk(dst->type));
+            quantize_row_q8_0_ref(r, (block_q8_0 *) out, n);
+        } else {
+            memcpy(out, (const char *) dst->data + i1*dst->nb[1], ggml_row_size(dst->type, n));
+        }
     }
 }
 
 // flash attention: the row path (one q row at a time) and the tiled path
+
+int64_t ggml_turbo_fa_n_ring(const ggml_tensor * dst) {
+    return dst->src[7] ? dst->src[7]->ne[1] : 0;
+}
+
+const ggml_fp16_t * ggml_turbo_fa_ring_mask(const ggml_tensor * dst, int64_t iq1, int64_t iq2, int64_t iq3) {
+    const ggml_tensor * mr = dst->src[9];
+    return (const ggml_fp16_t *) ((const char *) mr->data + iq1*mr->nb[1] + (iq2 % mr->ne[2])*mr->nb[2] + (iq3 % mr->ne[3])*mr->nb[3]);
+}
+
+const char * ggml_turbo_fa_ring_row(const ggml_tensor * r, int64_t ir, int64_t i2, int64_t i3) {
+    return (const char *) r->data + ir*r->nb[1] + i2*r->nb[2] + i3*r->nb[3];
+}
+
+// a turbo side's ring row (Q8_0, rotated domain) as f32
+static inline void turbo_ring_row_to_f32(const void * row, float * out, int64_t n) {
+    dequantize_row_q8_0((const block_q8_0 *) row, out, n);
+}
 
 void ggml_turbo_fa_rotate_q(ggml_type k_type, float * q, int64_t n) {
     if (ggml_is_turbo(k_type)) {
@@ -99,6 +139,11 @@ void ggml_turbo_fa_unrotate_v(ggml_type v_type, float * acc, int64_t n) {
 void ggml_turbo_fa_dot_k(ggml_type k_type, int64_t ic, const float * k0_row, const void * k_data, const float * q_rot, float * s, int64_t n) {
     if (ic == 0 && k0_row) {
         ggml_vec_dot_f32(n, s, 0, k0_row, 0, q_rot, 0, 1);
+    } else if (ic == GGML_TURBO_FA_RING) {
+        float r[GGML_TURBO_FA_MAX_D];
+        GGML_ASSERT(n <= GGML_TURBO_FA_MAX_D);
+        turbo_ring_row_to_f32(k_data, r, n);
+        ggml_vec_dot_f32(n, s, 0, r, 0, q_rot, 0, 1);
     } else {
         turbo_dot_rotated_gqa_qk(turbo_bits(k_type), turbo_qk(k_type), k_data, q_rot, 0, 1, s, n);
     }
@@ -107,6 +152,11 @@ void ggml_turbo_fa_dot_k(ggml_type k_type, int64_t ic, const float * k0_row, con
 void ggml_turbo_fa_mad_v(ggml_type v_type, int64_t ic, const float * v0_row, const void * v_data, float * acc, float w, int64_t n) {
     if (ic == 0 && v0_row) {
         ggml_vec_mad_f32(n, acc, v0_row, w);
+    } else if (ic == GGML_TURBO_FA_RING) {
+        float r[GGML_TURBO_FA_MAX_D];
+        GGML_ASSERT(n <= GGML_TURBO_FA_MAX_D);
+        turbo_ring_row_to_f32(v_data, r, n);
+        ggml_vec_mad_f32(n, acc, r, w);
     } else {
         turbo_mad_rotated_gqa_qk(turbo_bits(v_type), turbo_qk(v_type), v_data, acc, 0, &w, 1, n);
     }
@@ -115,6 +165,8 @@ void ggml_turbo_fa_mad_v(ggml_type v_type, int64_t ic, const float * v0_row, con
 void ggml_turbo_fa_row_to_f32(ggml_type type, int64_t ic, const float * row0, const void * data, float * out, int64_t n) {
     if (ic == 0 && row0) {
         memcpy(out, row0, n*sizeof(float));
+    } else if (ic == GGML_TURBO_FA_RING && ggml_is_turbo(type)) {
+        turbo_ring_row_to_f32(data, out, n);
     } else if (ggml_is_turbo(type)) {
         turbo_decode_rotated(type, data, out, n);
     } else {
@@ -217,6 +269,13 @@ void ggml_compute_forward_flash_attn_ext_turbo_gqa(
 
     float M[TURBO_MAX_GQA], S[TURBO_MAX_GQA], slope[TURBO_MAX_GQA], sc[TURBO_MAX_GQA], w[TURBO_MAX_GQA], mv[TURBO_MAX_GQA];
     const ggml_fp16_t * mp[TURBO_MAX_GQA];
+    const ggml_fp16_t * mp_ring[TURBO_MAX_GQA];
+
+    // the recent window's rows (ggml_flash_attn_ext_set_ring): keys nek1.. in the last chunk; a turbo side's ring
+    // row is decoded (q8_0) into ring_row and taken like cell 0's exact row
+    const int64_t n_ring = ic_start < nek1 && ic_end == nek1 ? ggml_turbo_fa_n_ring(dst) : 0;
+    float ring_row[GGML_TURBO_FA_MAX_D];
+    GGML_ASSERT(!n_ring || (DK <= GGML_TURBO_FA_MAX_D && DV <= GGML_TURBO_FA_MAX_D));
 
     for (int64_t ik2 = 0; ik2 < nek2; ++ik2) {
         const float * k0_row = ggml_turbo_fa_cell0_row(dst->src[5], k, ik2, 0);   // one stream here (see above)
@@ -236,20 +295,29 @@ void ggml_compute_forward_flash_attn_ext_turbo_gqa(
             const uint32_t h = (uint32_t) iq2;
             slope[g] = (max_bias > 0.0f) ? h < n_head_log2 ? powf(m0, h + 1) : powf(m1, 2*(h - n_head_log2) + 1) : 1.0f;
             mp[g] = mask ? (const ggml_fp16_t *) ((const char *) mask->data + (iq2 % mask->ne[2])*mask->nb[2]) : nullptr;
+            mp_ring[g] = n_ring ? ggml_turbo_fa_ring_mask(dst, 0, iq2, 0) : nullptr;
         }
-        for (int64_t ic = ic_start; ic < ic_end; ++ic) {
+        for (int64_t ic = ic_start; ic < ic_end + n_ring; ++ic) {
+            const bool ring = ic >= nek1;
             bool live = false;
             for (int g = 0; g < rk2; ++g) {
-                mv[g] = mp[g] ? slope[g]*GGML_CPU_FP16_TO_FP32(mp[g][ic]) : 0.0f;
+                mv[g] = ring ? slope[g]*GGML_CPU_FP16_TO_FP32(mp_ring[g][ic - nek1]) :
+                        mp[g] ? slope[g]*GGML_CPU_FP16_TO_FP32(mp[g][ic]) : 0.0f;
                 live |= mv[g] != -INFINITY;
             }
             if (!live) {
                 continue;
             }
-            const char * k_data = (const char *) k->data + ic*k->nb[1] + ik2*k->nb[2];
-            if (ic == 0 && k0_row) {
+            const char * k_data = ring ? ggml_turbo_fa_ring_row(dst->src[7], ic - nek1, ik2, 0) :
+                                  (const char *) k->data + ic*k->nb[1] + ik2*k->nb[2];
+            const float * k_exact = ic == 0 ? k0_row : nullptr;   // an exact (f32, rotated) row in place of the codes
+            if (ring && k_turbo) {
+                turbo_ring_row_to_f32(k_data, ring_row, DK);
+                k_exact = ring_row;
+            }
+            if (k_exact) {
                 for (int g = 0; g < rk2; ++g) {
-                    ggml_vec_dot_f32(DK, &sc[g], 0, k0_row, 0, q_rot + g*DK, 0, 1);
+                    ggml_vec_dot_f32(DK, &sc[g], 0, k_exact, 0, q_rot + g*DK, 0, 1);
                 }
             } else if (k_turbo) {
                 turbo_dot_rotated_gqa_qk(kbits, turbo_qk(k->type), k_data, q_rot, DK, rk2, sc, DK);
@@ -280,11 +348,17 @@ void ggml_compute_forward_flash_attn_ext_turbo_gqa(
                 S[g] = S[g]*ms + vs;
                 w[g] = vs;
             }
-            const char * v_data = (const char *) v->data + ic*v->nb[1] + ik2*v->nb[2];
-            if (ic == 0 && v0_row) {
+            const char * v_data = ring ? ggml_turbo_fa_ring_row(dst->src[8], ic - nek1, ik2, 0) :
+                                  (const char *) v->data + ic*v->nb[1] + ik2*v->nb[2];
+            const float * v_exact = ic == 0 ? v0_row : nullptr;
+            if (ring && v_turbo) {
+                turbo_ring_row_to_f32(v_data, ring_row, DV);
+                v_exact = ring_row;
+            }
+            if (v_exact) {
                 for (int g = 0; g < rk2; ++g) {
                     if (w[g] != 0.0f) {
-                        ggml_vec_mad_f32(DV, acc + g*DV, v0_row, w[g]);
+                        ggml_vec_mad_f32(DV, acc + g*DV, v_exact, w[g]);
                     }
                 }
             } else if (v_turbo) {
