@@ -6,6 +6,8 @@
 #include "llama-hparams.h"
 #include "llama-impl.h"
 #include "llama-io.h"
+#include "llama-batch.h"
+#include "llama-turbo.h"
 
 #include <algorithm>
 #include <array>
@@ -80,7 +82,7 @@ ggml_type llama_kv_turbo_type_k_swa(const llama_hparams & hparams, ggml_type typ
 
 void llama_kv_turbo::add_layer(ggml_context * ctx, const llama_hparams & hparams, uint32_t il, ggml_type type_k,
                                ggml_type type_v, bool has_k, bool has_v, bool v_trans, uint32_t n_embd_k_gqa,
-                               uint32_t n_embd_v_gqa, uint32_t n_stream, const char * name_tag) {
+                               uint32_t n_embd_v_gqa, uint32_t n_stream, uint32_t kv_size, const char * name_tag) {
     ggml_tensor * k_off = nullptr;
     // TURBO_K_OFFSET=force: offsets for any K type (tests: an offset must not change f16 results)
     const char * off_env = getenv("TURBO_K_OFFSET");
@@ -106,11 +108,125 @@ void llama_kv_turbo::add_layer(ggml_context * ctx, const llama_hparams & hparams
         ggml_format_name(v0, "cache_%sv0_l%d", name_tag, il);
     }
 
-    layers.push_back({ k_off, qk_gain, k0, v0 });
+    // the recent window, on both sides of a cache with a turbo side (a mixed pair's other side too: the mask moves
+    // the window's cells of both sides at once)
+    ggml_tensor * kr = nullptr;
+    ggml_tensor * vr = nullptr;
+    const uint32_t n_rows = window_rows(type_k, type_v, kv_size);
+    if (n_rows > 0 && !v_trans && (ggml_is_turbo(type_k) || ggml_is_turbo(type_v))) {
+        GGML_ASSERT(n_ring == 0 || n_ring == n_rows);
+        n_ring = n_rows;
+        ring_cell.assign(n_stream, std::vector<int32_t>(n_ring, -1));
+        if (has_k) {
+            kr = ggml_new_tensor_3d(ctx, ggml_is_turbo(type_k) ? GGML_TYPE_Q8_0 : type_k, n_embd_k_gqa, n_ring, n_stream);
+            ggml_format_name(kr, "cache_%skr_l%d", name_tag, il);
+        }
+        if (has_v) {
+            vr = ggml_new_tensor_3d(ctx, ggml_is_turbo(type_v) ? GGML_TYPE_Q8_0 : type_v, n_embd_v_gqa, n_ring, n_stream);
+            ggml_format_name(vr, "cache_%svr_l%d", name_tag, il);
+        }
+    }
+
+    layers.push_back({ k_off, qk_gain, k0, v0, kr, vr });
+}
+
+uint32_t llama_kv_turbo::window_rows(ggml_type type_k, ggml_type type_v, uint32_t kv_size) {
+    const uint32_t rows = llama_turbo_window_scope::rows();
+    if (rows == 0 || !(ggml_is_turbo(type_k) || ggml_is_turbo(type_v))) {
+        return 0;
+    }
+    return std::min(rows, kv_size);
 }
 
 void llama_kv_turbo::share_layer(const llama_kv_turbo & other, int32_t ikv_other) {
     layers.push_back(other.layers[ikv_other]);
+    if (other.n_ring > 0) {
+        n_ring    = other.n_ring;
+        ring_cell = other.ring_cell;
+    }
+}
+
+void llama_kv_turbo::ring_clear() const {
+    for (auto & cells : ring_cell) {
+        std::fill(cells.begin(), cells.end(), -1);
+    }
+}
+
+void llama_kv_turbo::ring_written(const std::vector<int32_t> & strm, const std::vector<std::vector<uint32_t>> & idxs) const {
+    if (n_ring == 0) {
+        return;
+    }
+    for (size_t s = 0; s < strm.size(); ++s) {
+        auto & cells = ring_cell[strm[s]];
+        std::vector<uint8_t> hits(n_ring, 0);
+        for (uint32_t c : idxs[s]) {
+            const uint32_t r = c % n_ring;
+            cells[r] = hits[r]++ ? -1 : (int32_t) c;   // the SET_ROWS may land either of two rows: use neither
+        }
+        for (uint32_t c : idxs[s]) {
+            if (hits[c % n_ring] > 1) {
+                cells[c % n_ring] = -1;
+            }
+        }
+    }
+}
+
+ggml_tensor * llama_kv_turbo::build_ring_mask(ggml_context * ctx, ggml_tensor * kq_mask) const {
+    if (n_ring == 0 || kq_mask->type != GGML_TYPE_F16) {
+        return nullptr;
+    }
+    // R_pad: the CUDA prefill puts the window after the cells as keys of whole 256-key tiles
+    ggml_tensor * mr = ggml_new_tensor_4d(ctx, GGML_TYPE_F16, GGML_PAD(n_ring, 256), kq_mask->ne[1], kq_mask->ne[2], kq_mask->ne[3]);
+    ggml_set_input(mr);
+    ggml_set_name(mr, "attn_inp_kq_mask_ring");
+    ring_masks.erase(std::remove_if(ring_masks.begin(), ring_masks.end(), [&](const auto & e) { return e.first == kq_mask; }), ring_masks.end());
+    if (ring_masks.size() >= 16) {
+        ring_masks.erase(ring_masks.begin());
+    }
+    ring_masks.emplace_back(kq_mask, mr);
+    return mr;
+}
+
+ggml_tensor * llama_kv_turbo::ring_mask_of(const ggml_tensor * kq_mask) const {
+    for (auto it = ring_masks.rbegin(); it != ring_masks.rend(); ++it) {
+        if (it->first == kq_mask) {
+            return it->second;
+        }
+    }
+    return nullptr;
+}
+
+void llama_kv_turbo::set_input_ring_mask(const llama_kv_cache & kv, ggml_tensor * kq_mask, const llama_ubatch * ubatch) const {
+    // a graph whose attention does not take the window (none allocated) leaves the mask as it is
+    ggml_tensor * mr = ring_mask_of(kq_mask);
+    if (!mr || !mr->buffer) {
+        return;
+    }
+    GGML_ASSERT(ggml_backend_buffer_is_host(mr->buffer) && ggml_is_contiguous(kq_mask) && ggml_is_contiguous(mr));
+    const int64_t n_kv  = kq_mask->ne[0];
+    const int64_t n_tps = kq_mask->ne[1];
+    const int64_t R_pad = mr->ne[0];
+    const ggml_fp16_t drop = ggml_fp32_to_fp16(-INFINITY);
+    ggml_fp16_t * main = (ggml_fp16_t *) kq_mask->data;
+    ggml_fp16_t * ring = (ggml_fp16_t *) mr->data;
+    for (int64_t s = 0; s < kq_mask->ne[3]; ++s) {
+        // the stream of this slice of the mask: its tokens' (as llama_kv_cache::set_input_kq_mask)
+        const auto & cells = ring_cell[kv.seq_to_stream[ubatch->seq_id[s*n_tps][0]]];
+        for (int64_t i = 0; i < n_tps*kq_mask->ne[2]; ++i) {
+            ggml_fp16_t * m  = main + (s*n_tps*kq_mask->ne[2] + i)*n_kv;
+            ggml_fp16_t * mw = ring + (s*n_tps*kq_mask->ne[2] + i)*R_pad;
+            for (int64_t r = 0; r < R_pad; ++r) {
+                const int32_t c = r < (int64_t) n_ring ? cells[r] : -1;
+                // cell 0 keeps its exact f32 rows (cell0): the window leaves it
+                if (c > 0 && c < n_kv) {
+                    mw[r] = m[c];
+                    m[c]  = drop;
+                } else {
+                    mw[r] = drop;
+                }
+            }
+        }
+    }
 }
 
 void llama_kv_turbo::restore(const llama_kv_cache & kv) const {
@@ -131,7 +247,7 @@ void llama_kv_turbo::restore(const llama_kv_cache & kv) const {
 size_t llama_kv_turbo::size_k_bytes() const {
     size_t size = 0;
     for (const auto & layer : layers) {
-        for (const ggml_tensor * t : { layer.k_off, layer.qk_gain, layer.k0 }) {
+        for (const ggml_tensor * t : { layer.k_off, layer.qk_gain, layer.k0, layer.kr }) {
             size += t ? ggml_nbytes(t) : 0;
         }
     }
@@ -142,6 +258,7 @@ size_t llama_kv_turbo::size_v_bytes() const {
     size_t size = 0;
     for (const auto & layer : layers) {
         size += layer.v0 ? ggml_nbytes(layer.v0) : 0;
+        size += layer.vr ? ggml_nbytes(layer.vr) : 0;
     }
     return size;
 }
@@ -212,20 +329,38 @@ static ggml_tensor * llama_kv_cell0_view(ggml_context * ctx, ggml_tensor * t0, u
     return ggml_view_3d(ctx, t0, t0->ne[0]/n_head_kv, n_head_kv, ns, t0->nb[0]*(t0->ne[0]/n_head_kv), t0->nb[1], t0->nb[1]*sinfo.s0);
 }
 
-ggml_tensor * llama_kv_cache::get_k0(ggml_context * ctx, int32_t il, const slot_info & sinfo) const {
-    return llama_kv_cell0_view(ctx, turbo.layers[map_layer_ids.at(il)].k0, hparams.n_head_kv(il), sinfo);
+// [n_embd_head, n_ring, n_head_kv, ns] views of the window's rows, matching get_k/get_v's heads and streams
+static ggml_tensor * llama_kv_ring_view(ggml_context * ctx, ggml_tensor * tr, uint32_t n_head_kv, const llama_kv_cache::slot_info & sinfo) {
+    const uint32_t ns = sinfo.s1 - sinfo.s0 + 1;
+    const int64_t  hs = tr->ne[0]/n_head_kv;
+    return ggml_view_4d(ctx, tr, hs, tr->ne[1], n_head_kv, ns, tr->nb[1], ggml_row_size(tr->type, hs), tr->nb[2], tr->nb[2]*sinfo.s0);
 }
 
-ggml_tensor * llama_kv_cache::get_v0(ggml_context * ctx, int32_t il, const slot_info & sinfo) const {
-    return llama_kv_cell0_view(ctx, turbo.layers[map_layer_ids.at(il)].v0, hparams.n_head_kv(il), sinfo);
+llama_turbo_attn_rows llama_kv_cache::get_turbo_rows(ggml_context * ctx, int32_t il, const slot_info & sinfo, ggml_tensor * kq_mask) const {
+    const auto & layer = turbo.layers[map_layer_ids.at(il)];
+    const uint32_t n_head_kv = hparams.n_head_kv(il);
+    llama_turbo_attn_rows rows;
+    rows.k0 = llama_kv_cell0_view(ctx, layer.k0, n_head_kv, sinfo);
+    rows.v0 = llama_kv_cell0_view(ctx, layer.v0, n_head_kv, sinfo);
+    ggml_tensor * mr = turbo.ring_mask_of(kq_mask);
+    if (layer.kr && layer.vr && mr) {
+        rows.kr = llama_kv_ring_view(ctx, layer.kr, n_head_kv, sinfo);
+        rows.vr = llama_kv_ring_view(ctx, layer.vr, n_head_kv, sinfo);
+        rows.mr = mr;
+    }
+    return rows;
 }
 
-ggml_tensor * llama_kv_cache_context::get_k0(ggml_context * ctx, int32_t il) const {
-    return kv->get_k0(ctx, il, sinfos[i_cur]);
+llama_turbo_attn_rows llama_kv_cache_context::get_turbo_rows(ggml_context * ctx, int32_t il, ggml_tensor * kq_mask) const {
+    return kv->get_turbo_rows(ctx, il, sinfos[i_cur], kq_mask);
 }
 
-ggml_tensor * llama_kv_cache_context::get_v0(ggml_context * ctx, int32_t il) const {
-    return kv->get_v0(ctx, il, sinfos[i_cur]);
+ggml_tensor * llama_kv_cache::build_input_ring_mask(ggml_context * ctx, ggml_tensor * kq_mask) const {
+    return turbo.build_ring_mask(ctx, kq_mask);
+}
+
+ggml_tensor * llama_kv_cache_context::build_input_ring_mask(ggml_context * ctx, ggml_tensor * kq_mask) const {
+    return kv->build_input_ring_mask(ctx, kq_mask);
 }
 
 void llama_kv_turbo::cell0_forget(bool k, bool v, int32_t s) const {
@@ -252,6 +387,16 @@ void llama_kv_turbo::copy_stream(int32_t ikv, uint32_t ssrc, uint32_t sdst) cons
             ggml_backend_tensor_set(t0, row.data(), sdst*t0->nb[1], t0->nb[1]);
         }
     }
+    for (ggml_tensor * tr : { layers[ikv].kr, layers[ikv].vr }) {
+        if (tr) {
+            std::vector<uint8_t> rows(tr->nb[2]);
+            ggml_backend_tensor_get(tr, rows.data(), ssrc*tr->nb[2], tr->nb[2]);
+            ggml_backend_tensor_set(tr, rows.data(), sdst*tr->nb[2], tr->nb[2]);
+        }
+    }
+    if (n_ring > 0) {
+        ring_cell[sdst] = ring_cell[ssrc];
+    }
 }
 
 void llama_kv_turbo::cell0_forget_shifted(const llama_kv_cache & kv) const {
@@ -260,6 +405,13 @@ void llama_kv_turbo::cell0_forget_shifted(const llama_kv_cache & kv) const {
     for (uint32_t s = 0; kv.hparams.n_lora_kv > 0 && s < kv.n_stream; ++s) {
         if (!kv.v_cells[s].is_empty(0) && kv.v_cells[s].get_shift(0) != 0) {
             cell0_forget(true, false, s);
+        }
+    }
+    for (uint32_t s = 0; s < (uint32_t) ring_cell.size(); ++s) {
+        for (int32_t & c : ring_cell[s]) {
+            if (c >= 0 && (kv.v_cells[s].is_empty(c) || kv.v_cells[s].get_shift(c) != 0)) {
+                c = -1;
+            }
         }
     }
 }
@@ -287,10 +439,14 @@ ggml_tensor * llama_kv_turbo::k_to_store(ggml_context * ctx, ggml_tensor * k_cur
     return llama_kv_turbo_pad_heads(ctx, k_cur, k, n_embd_head, n_head);
 }
 
-ggml_tensor * llama_kv_turbo::set_rows_cell0(ggml_tensor * set_rows, int32_t ikv, bool is_k) const {
+ggml_tensor * llama_kv_turbo::set_rows_side(ggml_tensor * set_rows, int32_t ikv, bool is_k) const {
     ggml_tensor * t0 = is_k ? layers[ikv].k0 : layers[ikv].v0;
     if (t0) {
         ggml_set_rows_cell0(set_rows, t0);
+    }
+    ggml_tensor * tr = is_k ? layers[ikv].kr : layers[ikv].vr;
+    if (tr) {
+        ggml_set_rows_ring(set_rows, tr);
     }
     return set_rows;
 }
@@ -395,28 +551,109 @@ static bool llama_kv_turbo_has_cell0(const std::vector<llama_kv_turbo::layer> & 
     return std::any_of(layers.begin(), layers.end(), [](const llama_kv_turbo::layer & l) { return l.k0 || l.v0; });
 }
 
-void llama_kv_turbo::state_write_cell0(const llama_kv_cache & kv, llama_io_write_i & io, uint32_t strm,
-                                       const std::vector<std::pair<uint32_t, uint32_t>> & ranges) const {
+void llama_kv_turbo::state_write_rows(const llama_kv_cache & kv, llama_io_write_i & io, uint32_t strm,
+                                      const std::vector<std::pair<uint32_t, uint32_t>> & ranges) const {
     GGML_UNUSED(kv);
     if (!llama_kv_turbo_has_cell0(layers)) {
         return;
     }
     const uint32_t has = !ranges.empty() && ranges[0].first == 0;
     io.write(&has, sizeof(has));
-    if (!has) {
-        return;
-    }
     for (const auto & layer : layers) {
         for (ggml_tensor * t0 : { layer.k0, layer.v0 }) {
-            if (t0) {
+            if (t0 && has) {
                 io.write_tensor(t0, strm*t0->nb[1], t0->nb[1]);
+            }
+        }
+    }
+    state_write_ring(io, strm, ranges);
+}
+
+// the bytes of one cell's window rows over the layers (0: no window)
+static size_t llama_kv_ring_entry_bytes(const std::vector<llama_kv_turbo::layer> & layers) {
+    size_t n = 0;
+    for (const auto & layer : layers) {
+        for (const ggml_tensor * tr : { layer.kr, layer.vr }) {
+            n += tr ? tr->nb[1] : 0;
+        }
+    }
+    return n;
+}
+
+// the window's rows of the cells written: u32 count, u64 bytes per entry, then per entry: u32 the cell's place in the
+// state's cells, its rows (per layer: K's, V's). A reader with another window skips them (its cells read from codes).
+void llama_kv_turbo::state_write_ring(llama_io_write_i & io, uint32_t strm, const std::vector<std::pair<uint32_t, uint32_t>> & ranges) const {
+    std::vector<std::pair<uint32_t, uint32_t>> entries; // (place, cell)
+    uint32_t place = 0;
+    for (const auto & [c0, c1] : ranges) {
+        for (uint32_t c = c0; c < c1; ++c, ++place) {
+            if (n_ring > 0 && ring_cell[strm][c % n_ring] == (int32_t) c) {
+                entries.emplace_back(place, c);
+            }
+        }
+    }
+    const uint32_t n = entries.size();
+    const uint64_t entry_bytes = llama_kv_ring_entry_bytes(layers);
+    io.write(&n, sizeof(n));
+    io.write(&entry_bytes, sizeof(entry_bytes));
+    for (const auto & [p, c] : entries) {
+        io.write(&p, sizeof(p));
+        for (const auto & layer : layers) {
+            for (ggml_tensor * tr : { layer.kr, layer.vr }) {
+                if (tr) {
+                    io.write_tensor(tr, strm*tr->nb[2] + (c % n_ring)*tr->nb[1], tr->nb[1]);
+                }
             }
         }
     }
 }
 
-bool llama_kv_turbo::state_read_cell0(const llama_kv_cache & kv, llama_io_read_i & io, uint32_t strm,
-                                      uint32_t cell_count, const std::vector<std::vector<uint32_t>> & sinfo_idxs) const {
+bool llama_kv_turbo::state_read_ring(llama_io_read_i & io, uint32_t strm, uint32_t cell_count, const std::vector<uint32_t> & idxs) const {
+    // the cells read hold the state's data now: none of them is in the window until its entry says so
+    for (uint32_t i = 0; n_ring > 0 && i < cell_count; ++i) {
+        int32_t & held = ring_cell[strm][idxs[i] % n_ring];
+        held = held == (int32_t) idxs[i] ? -1 : held;
+    }
+    uint32_t n = 0;
+    uint64_t entry_bytes = 0;
+    io.read(&n, sizeof(n));
+    io.read(&entry_bytes, sizeof(entry_bytes));
+    if (n > cell_count || entry_bytes > (1u << 24)) {
+        LLAMA_LOG_ERROR("%s: invalid turbo window section (%u rows of %llu bytes for %u cells)\n", __func__, n,
+                        (unsigned long long) entry_bytes, cell_count);
+        return false;
+    }
+    const bool use = n_ring > 0 && entry_bytes == llama_kv_ring_entry_bytes(layers);
+    std::vector<uint8_t> row;
+    for (uint32_t e = 0; e < n; ++e) {
+        uint32_t p = 0;
+        io.read(&p, sizeof(p));
+        if (p >= cell_count) {
+            LLAMA_LOG_ERROR("%s: invalid turbo window row for cell %u of %u\n", __func__, p, cell_count);
+            return false;
+        }
+        if (!use) {
+            row.resize(entry_bytes);
+            io.read(row.data(), entry_bytes);
+            continue;
+        }
+        const uint32_t c = idxs[p];
+        for (const auto & layer : layers) {
+            for (ggml_tensor * tr : { layer.kr, layer.vr }) {
+                if (tr) {
+                    row.resize(tr->nb[1]);
+                    io.read(row.data(), row.size());
+                    ggml_backend_tensor_set(tr, row.data(), strm*tr->nb[2] + (c % n_ring)*tr->nb[1], tr->nb[1]);
+                }
+            }
+        }
+        ring_cell[strm][c % n_ring] = (int32_t) c;
+    }
+    return true;
+}
+
+bool llama_kv_turbo::state_read_rows(const llama_kv_cache & kv, llama_io_read_i & io, uint32_t strm,
+                                     uint32_t cell_count, const std::vector<std::vector<uint32_t>> & sinfo_idxs) const {
     GGML_UNUSED(kv);
     if (!llama_kv_turbo_has_cell0(layers)) {
         return true;
@@ -449,7 +686,7 @@ bool llama_kv_turbo::state_read_cell0(const llama_kv_cache & kv, llama_io_read_i
     if (writes_0 && !(has && lands_on_0)) {
         cell0_forget(true, true, strm); // cell 0 now holds another cell of the state, whose exact rows are not in it
     }
-    return true;
+    return state_read_ring(io, strm, cell_count, idxs);
 }
 
 // the per-context key data (offsets, rescaled q/k norm weights) travel with the cells they were stored under.

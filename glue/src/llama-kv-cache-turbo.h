@@ -1,11 +1,12 @@
 #pragma once
 
 // turbo-llama: the turbo side of llama_kv_cache. A turbo cache keeps, beside its K/V tensors, per layer: the key
-// offset and rescaled q/k norm weights of the key transform, and the exact rows of each stream's cell 0; heads of
-// 65..127 values are stored padded to 128. llama-kv-cache.cpp calls the hooks below; llama_kv_cache holds one
+// offset and rescaled q/k norm weights of the key transform, the exact rows of each stream's cell 0 and the rows of
+// its most recent cells (the recent window); heads of 65..127 values are stored padded to 128. llama-kv-cache.cpp calls the hooks below; llama_kv_cache holds one
 // llama_kv_turbo (its friend, so that the hooks can read the cache's layers and cells).
 
 #include "llama.h"
+#include "llama-turbo.h"
 #include "ggml.h"
 #include "ggml-backend.h"
 
@@ -21,6 +22,7 @@ class  llama_io_write_i;
 class  llama_io_read_i;
 class  llm_graph_result;
 class  llm_graph_input_turbo_k0_shift;
+struct llama_ubatch;
 
 // the values a cache row stores per head. A 128-value turbo type stores a head of 65..127 values (head_dim 80, 96)
 // padded with zeros to 128: exact for attention (q.k ignores zero coordinates, V's padded outputs are sliced away),
@@ -42,7 +44,7 @@ ggml_tensor * llama_kv_turbo_pad_heads(ggml_context * ctx, ggml_tensor * cur, co
 
 struct llama_kv_turbo {
     // side tensors per layer: the cache's ggml contexts make room for them
-    static constexpr uint32_t n_layer_tensors = 4;
+    static constexpr uint32_t n_layer_tensors = 6;
 
     struct layer {
         // fixed per-layer key offset (f32, n_embd_k_gqa), subtracted before a turbo K is stored. One constant for
@@ -61,9 +63,27 @@ struct llama_kv_turbo {
         // NaN rows: not known exactly (a restore that put another cell at cell 0, a K-shift of split MLA heads).
         ggml_tensor * k0 = nullptr;
         ggml_tensor * v0 = nullptr;
+
+        // the recent window: the rows of each stream's n_ring most recently written cells ([n_embd_gqa, n_ring,
+        // n_stream]; cell c in row c % n_ring), a turbo side's as q8_0 in the decoder's rotated domain, another side's
+        // as the cache stores them. Written by the cache's SET_ROWS (ggml_set_rows_ring), read by flash attention in
+        // place of those cells (ggml_flash_attn_ext_set_ring): the recent tokens take much of the attention, and
+        // their keys' quantization error weighs most after cell 0's. Null where the cache has no window.
+        ggml_tensor * kr = nullptr;
+        ggml_tensor * vr = nullptr;
     };
 
     std::vector<layer> layers; // as llama_kv_cache::layers
+
+    // the window's rows per stream (0: no window) and, per stream and row, the cell whose row it holds (-1: none).
+    // The host keeps it from the cells each ubatch writes (the same rule as the SET_ROWS); it moves those cells' mask
+    // to the window's mask. Every write of cell data other than SET_ROWS (a state read, a K-shift) drops the cells.
+    uint32_t n_ring = 0;
+    mutable std::vector<std::vector<int32_t>> ring_cell;
+
+    // the window of the caches that a context creates (llama_turbo_window_scope): TURBO_WINDOW (default 64) + n_ubatch
+    // rows, at most kv_size; 0 for a cache without a turbo side
+    static uint32_t window_rows(ggml_type type_k, ggml_type type_v, uint32_t kv_size);
 
     // host copies of the key offsets and gain factors set by set_k_off/set_qk_gain (per model layer; restored after
     // clear(true)); a layer is listed once set
@@ -73,25 +93,39 @@ struct llama_kv_turbo {
     // constructor: the side tensors of a new cache layer, or of one shared with another cache's layer ikv_other
     void add_layer(ggml_context * ctx, const llama_hparams & hparams, uint32_t il, ggml_type type_k, ggml_type type_v,
                    bool has_k, bool has_v, bool v_trans, uint32_t n_embd_k_gqa, uint32_t n_embd_v_gqa,
-                   uint32_t n_stream, const char * name_tag);
+                   uint32_t n_stream, uint32_t kv_size, const char * name_tag);
     void share_layer(const llama_kv_turbo & other, int32_t ikv_other);
 
     // after the buffers were cleared: the key offsets and gains are fixed for the life of the context
     void restore(const llama_kv_cache & kv) const;
+    // after the cells were cleared (data or not): the window holds no cell
+    void ring_clear() const;
 
-    // the cell-0 rows of layer ikv go with a stream copy
+    // the cell-0 rows and the window of layer ikv go with a stream copy
     void copy_stream(int32_t ikv, uint32_t ssrc, uint32_t sdst) const;
+
+    // apply_ubatch: the cells a ubatch writes (per stream of strm, the cells idxs) take their window rows; two cells of
+    // one ubatch on one row leave it to neither
+    void ring_written(const std::vector<int32_t> & strm, const std::vector<std::vector<uint32_t>> & idxs) const;
+
+    // the window's mask of the attention mask kq_mask (F16 [R_pad, n_tokens/n_stream, 1, n_stream], an input),
+    // null where the cache has no window; set_input_ring_mask fills it from kq_mask (just filled) and masks the cells
+    // it holds out of kq_mask
+    ggml_tensor * build_ring_mask(ggml_context * ctx, ggml_tensor * kq_mask) const;
+    void set_input_ring_mask(const llama_kv_cache & kv, ggml_tensor * kq_mask, const llama_ubatch * ubatch) const;
+    ggml_tensor * ring_mask_of(const ggml_tensor * kq_mask) const; // null: none built for kq_mask
 
     // mark the cell-0 rows of stream s (all streams: -1) as not known exactly (NaN)
     void cell0_forget(bool k, bool v, int32_t s = -1) const;
-    // after a K-shift: the rows that the shift graph could not turn (MLA's split heads)
+    // after a K-shift: the rows that the shift graph could not turn (MLA's split heads), and the window's rows of
+    // every cell that moved (the window is not turned: its cells are read from their codes until written again)
     void cell0_forget_shifted(const llama_kv_cache & kv) const;
 
     // cpy_k: the key offset, then a padded head's zeros (the offset acts on the real values)
     ggml_tensor * k_to_store(ggml_context * ctx, ggml_tensor * k_cur, const ggml_tensor * k, int32_t ikv,
                              int64_t n_embd_head, int64_t n_head) const;
-    // cpy_k/cpy_v: the SET_ROWS also writes the cell-0 rows
-    ggml_tensor * set_rows_cell0(ggml_tensor * set_rows, int32_t ikv, bool is_k) const;
+    // cpy_k/cpy_v: the SET_ROWS also writes the cell-0 rows and the window
+    ggml_tensor * set_rows_side(ggml_tensor * set_rows, int32_t ikv, bool is_k) const;
 
     // the side tensors' bytes, counted in the size line (and the bits per value computed from it)
     size_t size_k_bytes() const;
@@ -109,11 +143,12 @@ struct llama_kv_turbo {
                            ggml_cgraph * gf, const llm_graph_input_turbo_k0_shift * inp, ggml_tensor * k_shift,
                            ggml_tensor * rope_factors, float freq_base, float freq_scale, uint32_t il) const;
 
-    // state files: the cell-0 rows of a stream travel with its cells (ranges: the stream's cell ranges written)
-    void state_write_cell0(const llama_kv_cache & kv, llama_io_write_i & io, uint32_t strm,
-                           const std::vector<std::pair<uint32_t, uint32_t>> & ranges) const;
-    bool state_read_cell0(const llama_kv_cache & kv, llama_io_read_i & io, uint32_t strm, uint32_t cell_count,
-                          const std::vector<std::vector<uint32_t>> & idxs) const;
+    // state files: the cell-0 rows and the window's rows of a stream travel with its cells (ranges: the stream's
+    // cell ranges written; idxs: the cells the read put them in)
+    void state_write_rows(const llama_kv_cache & kv, llama_io_write_i & io, uint32_t strm,
+                          const std::vector<std::pair<uint32_t, uint32_t>> & ranges) const;
+    bool state_read_rows(const llama_kv_cache & kv, llama_io_read_i & io, uint32_t strm, uint32_t cell_count,
+                         const std::vector<std::vector<uint32_t>> & idxs) const;
 
     // state files: the key offsets and rescaled q/k norm weights, written after the cells and read back (adopted if
     // they differ and no other sequence's cells stay; else the cells just read are dropped and it throws)
@@ -122,4 +157,10 @@ struct llama_kv_turbo {
 
 private:
     void state_read_turbo_keys(llama_kv_cache & kv, llama_io_read_i & io, llama_seq_id seq_id);
+    void state_write_ring(llama_io_write_i & io, uint32_t strm, const std::vector<std::pair<uint32_t, uint32_t>> & ranges) const;
+    bool state_read_ring(llama_io_read_i & io, uint32_t strm, uint32_t cell_count, const std::vector<uint32_t> & idxs) const;
+
+    // the window masks of the last graphs built (their attention mask, the window's), newest last: found again at
+    // set_input. A graph is reused only while it is the last one built, so a few entries suffice.
+    mutable std::vector<std::pair<const ggml_tensor *, ggml_tensor *>> ring_masks;
 };

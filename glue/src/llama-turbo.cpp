@@ -670,8 +670,32 @@ ggml_tensor * llama_turbo_attn_unpad(ggml_context * ctx, ggml_tensor * cur, cons
     return cur;
 }
 
-void llama_turbo_attn_cell0(ggml_tensor * fa, const ggml_tensor * k, const ggml_tensor * v, ggml_tensor * k0, ggml_tensor * v0) {
-    if (k0 || v0) {
-        ggml_flash_attn_ext_set_cell0(fa, ggml_is_turbo(k->type) ? k0 : nullptr, ggml_is_turbo(v->type) ? v0 : nullptr);
+void llama_turbo_attn_rows_set(ggml_tensor * fa, const ggml_tensor * k, const ggml_tensor * v, const llama_turbo_attn_rows * rows) {
+    if (!rows) {
+        return;
     }
+    if (rows->k0 || rows->v0) {
+        ggml_flash_attn_ext_set_cell0(fa, ggml_is_turbo(k->type) ? rows->k0 : nullptr, ggml_is_turbo(v->type) ? rows->v0 : nullptr);
+    }
+    if (rows->kr && rows->vr && rows->mr) {
+        ggml_flash_attn_ext_set_ring(fa, rows->kr, rows->vr, rows->mr);
+    }
+}
+
+static thread_local uint32_t llama_turbo_window_scope_rows = 0;
+
+llama_turbo_window_scope::llama_turbo_window_scope(uint32_t n_ubatch) {
+    uint32_t window = 64; // measured: results/k-transforms.md, "The ring written by the cache's write"
+    if (const char * env = getenv("TURBO_WINDOW")) {
+        window = (uint32_t) std::max(0, atoi(env));
+    }
+    llama_turbo_window_scope_rows = window > 0 ? window + n_ubatch : 0;
+}
+
+llama_turbo_window_scope::~llama_turbo_window_scope() {
+    llama_turbo_window_scope_rows = 0;
+}
+
+uint32_t llama_turbo_window_scope::rows() {
+    return llama_turbo_window_scope_rows;
 }

@@ -69,5 +69,24 @@ ggml_tensor * llama_turbo_attn_pad_q(ggml_context * ctx, ggml_tensor * q, const 
 ggml_tensor * llama_turbo_attn_unpad(ggml_context * ctx, ggml_tensor * cur, const ggml_tensor * v, const ggml_tensor * v_mla,
                                      int64_t n_embd_head_v);
 
-// the cache's exact cell-0 rows for a flash attention on turbo K/V (ggml_flash_attn_ext_set_cell0); k0, v0 may be null
-void llama_turbo_attn_cell0(ggml_tensor * fa, const ggml_tensor * k, const ggml_tensor * v, ggml_tensor * k0, ggml_tensor * v0);
+// the side rows a flash attention on a turbo cache takes (llama_kv_cache_context::get_turbo_rows): cell 0's exact rows
+// (ggml_flash_attn_ext_set_cell0) and the recent window with its mask (ggml_flash_attn_ext_set_ring); any may be null
+struct llama_turbo_attn_rows {
+    ggml_tensor * k0 = nullptr;
+    ggml_tensor * v0 = nullptr;
+    ggml_tensor * kr = nullptr;
+    ggml_tensor * vr = nullptr;
+    ggml_tensor * mr = nullptr;
+};
+void llama_turbo_attn_rows_set(ggml_tensor * fa, const ggml_tensor * k, const ggml_tensor * v, const llama_turbo_attn_rows * rows);
+
+// the recent window's rows per stream of the caches that a context creates (llama_kv_turbo::window_rows):
+// TURBO_WINDOW (default 64; 0: no window) + the context's n_ubatch, so that every query of a ubatch finds the
+// window's cells before it exact. Set around the context's create_memory (thread-local); 0 outside.
+struct llama_turbo_window_scope {
+    explicit llama_turbo_window_scope(uint32_t n_ubatch);
+    ~llama_turbo_window_scope();
+    llama_turbo_window_scope(const llama_turbo_window_scope &) = delete;
+    llama_turbo_window_scope & operator=(const llama_turbo_window_scope &) = delete;
+    static uint32_t rows();
+};
