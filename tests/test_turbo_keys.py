@@ -290,16 +290,17 @@ def test_prompt_cache_with_key_data_this_context_cannot_take_is_refused(llama_to
 
 
 def test_prompt_cache_of_the_older_format_is_refused_by_version(llama_tool, model_path, tmp_path, saved_run):
-    """Version 10 files (upstream's format, no key data) are refused by their version, not misread."""
+    """Files of an older version (upstream's 10, turbo-llama's 11 without the window's rows) are refused by their
+    version, not misread."""
     cache, _ = saved_run
     data = bytearray(cache.read_bytes())
     magic, version = struct.unpack_from("<II", data)
-    assert version == 11, version
-    struct.pack_into("<I", data, 4, 10)
+    assert version == 12, version
+    struct.pack_into("<I", data, 4, 11)
     old = tmp_path / "old.cache"
     old.write_bytes(bytes(data))
     out = completion(llama_tool("llama-completion"), model_path, "-c", "1024", "--prompt-cache", old,
                      prompt=LONG_PROMPT)
     assert out.returncode != 0
-    assert "session file version 10 is older than this build's 11 (it lacks the turbo K key data)" in out.stderr, \
+    assert "session file version 11 is older than this build's 12 (it lacks turbo-llama's cache data)" in out.stderr, \
         out.stderr[-3000:]

@@ -156,7 +156,7 @@ bool llama_turbo_state_too_old(const char * func, const char * what, uint32_t ve
     if (version >= turbo_version) {
         return false;
     }
-    LLAMA_LOG_ERROR("%s: %s version %u is older than this build's %u (it lacks the turbo K key data); make it again\n",
+    LLAMA_LOG_ERROR("%s: %s version %u is older than this build's %u (it lacks turbo-llama's cache data); make it again\n",
                     func, what, version, turbo_version);
     return true;
 }

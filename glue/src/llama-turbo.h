@@ -40,12 +40,12 @@ bool llama_turbo_init_types(const llama_model & model, llama_context_params & pa
 // No-op for other cache types.
 void llama_turbo_setup(llama_context & ctx, const llama_context_params & params);
 
-// session and sequence state files carry the turbo K key data (llama_kv_cache::state_write_turbo_keys) since these
-// versions (upstream's LLAMA_SESSION_VERSION 10 / LLAMA_STATE_SEQ_VERSION 3 + 1); older files are refused.
-// The key data per layer: the key offset and the rescaled q/k norm weights
-constexpr uint32_t LLAMA_TURBO_SESSION_VERSION   = 11;
-constexpr uint32_t LLAMA_TURBO_STATE_SEQ_VERSION = 4;
-static_assert(LLAMA_TURBO_SESSION_VERSION == LLAMA_SESSION_VERSION + 1 && LLAMA_TURBO_STATE_SEQ_VERSION == LLAMA_STATE_SEQ_VERSION + 1,
+// session and sequence state files carry the turbo K key data (llama_kv_turbo::state_write_keys: per layer the key
+// offset and the rescaled q/k norm weights) since upstream's LLAMA_SESSION_VERSION 10 / LLAMA_STATE_SEQ_VERSION 3
+// + 1, and the recent window's rows (llama_kv_turbo::state_write_rows) since + 2; older files are refused
+constexpr uint32_t LLAMA_TURBO_SESSION_VERSION   = 12;
+constexpr uint32_t LLAMA_TURBO_STATE_SEQ_VERSION = 5;
+static_assert(LLAMA_TURBO_SESSION_VERSION == LLAMA_SESSION_VERSION + 2 && LLAMA_TURBO_STATE_SEQ_VERSION == LLAMA_STATE_SEQ_VERSION + 2,
               "upstream moved its state versions: give turbo-llama's the next ones");
 
 // a state file of the right magic but a version before this build's (turbo_version): true, logged as such
