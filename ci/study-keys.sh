@@ -2,28 +2,17 @@
 # Key studies on the CPU (#51): a study llama-perplexity with switches (ci/study-keys.diff, not shipped code),
 # each cache against the same run with an f16 cache (4 chunks of 2048, --kl-divergence).
 #
-#   ci/study-keys.sh MODEL TEXT SPEC...        e.g. ci/study-keys.sh qwen.gguf kjv turbo3:w0:m0 turbo3:w128:m1 turbo3:k8=0,1
+#   ci/study-keys.sh MODEL TEXT SPEC...        e.g. ci/study-keys.sh qwen.gguf kjv turbo3 turbo3:k8=0,1
 #
-# SPEC is TYPE (the cache, K and V) with one switch:
-#   TYPE:wW:mM   an exact window of W tokens (TURBO_STUDY_W): every stored K/V row is also kept exact (f32, in the
-#                decoder's rotated domain) and the CPU row path reads the exact row for the keys of the window;
-#                mode M (TURBO_STUDY_MODE): 0 the W most recent keys of each query (what a decode step sees with a
-#                ring of W), 1 the W keys before the ubatch and all of the ubatch's own (a ring written after the
-#                attention plus the ubatch's exact rows), 2 the W last keys written (a ring written before it).
-#                W = 0, mode 0: the row path with only cell 0 exact, the baseline of the window runs.
-#                The window acts in layers with a turbo K only (Gemma's sliding-window layers keep q8_0 keys, and
-#                their wrapped cache's cell order is not position order, which the modes assume).
-#                Suffixes :konly (the window's keys only, V decoded), :f16 / :q8 (the exact rows rounded to f16,
-#                or to q8_0's 32-value blocks with an f16 scale).
-#                A ring of R rows written by the cache's SET_ROWS before the attention is mode 2 with W = R; with
-#                R = W' + n_ubatch it keeps mode 1's W' keys before a full ubatch.
+# SPEC is TYPE (the cache, K and V) or TYPE with one switch. (The exact-window switches of this study shipped as the
+# cache's recent window, TURBO_WINDOW: their diff and results are in git history, results/k-transforms.md.)
 #   TYPE:k8=L,L  q8_0 keys in those layers (TURBO_STUDY_K8), the shipped paths otherwise.
 # TEXT: jargon, kjv or code (the eval's texts in $TURBO_LLAMA_CACHE/texts) or a file. The study tree is a copy of
 # the prepared tree (`turbo-llama prepare`; its path from `turbo-llama info`) with the diff applied, built once in
 # $STUDY_DIR (default /tmp/turbo-study; a cold build takes ~8 minutes on 2 cores; rebuilt when the diff changes);
 # one line per spec on stdout.
 set -eu
-[ $# -ge 3 ] || { sed -n 2,24p "$0"; exit 2; }
+[ $# -ge 3 ] || { sed -n 2,13p "$0"; exit 2; }
 REPO=$(cd "$(dirname "$0")/.." && pwd)
 CACHE=${TURBO_LLAMA_CACHE:-$HOME/.cache/turbo-llama}
 W=${STUDY_DIR:-/tmp/turbo-study}; B=$W/build/bin
@@ -60,14 +49,10 @@ for spec in "$@"; do
     case $sw in
         "")        ;;
         k8=*)      envs=(TURBO_STUDY_K8="${sw#k8=}") ;;
-        w*:m*)     w=${sw%%:*}; m=${sw#*:}; m=${m%%:*}; envs=(TURBO_STUDY_W="${w#w}" TURBO_STUDY_MODE="${m#m}")
-                   [[ $sw == *:konly* ]] && envs+=(TURBO_STUDY_KONLY=1)
-                   [[ $sw == *:f16* ]] && envs+=(TURBO_STUDY_F16=1)
-                   [[ $sw == *:q8* ]] && envs+=(TURBO_STUDY_Q8=1) ;;
-        *)         echo "bad spec $spec (TYPE, TYPE:wW:mM or TYPE:k8=L,L)" >&2; exit 2 ;;
+        *)         echo "bad spec $spec (TYPE or TYPE:k8=L,L)" >&2; exit 2 ;;
     esac
     log=$W/$name-${spec//[:=,]/_}.log
-    unset=(); for v in K8 W MODE KONLY F16 Q8; do unset+=(-u "TURBO_STUDY_$v"); done
+    unset=(-u TURBO_STUDY_K8)
     env "${unset[@]}" "${envs[@]}" "$B/llama-perplexity" "${P[@]}" \
         -ctk "$t" -ctv "$t" --kl-divergence-base "$base" --kl-divergence > "$log" 2>&1 || { tail -5 "$log" >&2; exit 1; }
     ratio=$(sed -n 's/^Mean PPL(Q)\/PPL(base) *: *\([0-9.]*\).*/\1/p' "$log")
