@@ -579,12 +579,13 @@ static __global__ void k_turbo_fattn_mma(const turbo_fa_params p) {
         }
     }
     __syncthreads();
-    // the cell-0 block (turbo_fa_cell0): q as the products take it, base e. (A block of its own, so that the loops' code
-    // stays as it was: the same work in the last split's block, after its walk or before it, changed the registers of
-    // the turbo2 and turbo4 loops; after it, run H17, their ops at 32K took 1.2-1.4 us more, with or without cell 0)
-    if (p.c0.on && split == (int) gridDim.x - 1) {
+    // the extra blocks (turbo_fa_cell0: cell 0, the ring): q as the products take it, base e. (Blocks of their own, so that
+    // the loops' code stays as it was: the same work in the last split's block, after its walk or before it, changed the
+    // registers of the turbo2 and turbo4 loops; after it, run H17, their ops at 32K took 1.2-1.4 us more, with or without
+    // cell 0; and a call, see turbo_fa_extra_block)
+    if (p.c0.on && split >= (int) gridDim.x - p.c0.n_extra) {
         constexpr float QF0 = (K_TURBO ? ISQ : 1.0f)*LN2;
-        turbo_fa_cell0_block<D, type_K, type_V, NR, NW*WARP_SIZE>(p, hk, rg, iq3,
+        turbo_fa_extra_block_call<D, type_K, type_V, NR, NW*WARP_SIZE>(p, hk, rg, iq3,
             [&](const int r, const int d) { return q_sh[r*QS + d]*QF0; });
         return;
     }

@@ -8,6 +8,33 @@ bool ggml_cuda_turbo_fattn_has_cell0(const ggml_tensor * dst) {
     return (dst->src[5] && ggml_cuda_is_turbo_type(dst->src[1]->type)) || (dst->src[6] && ggml_cuda_is_turbo_type(dst->src[2]->type));
 }
 
+bool ggml_cuda_turbo_fattn_has_ring(const ggml_tensor * dst) {
+    return dst->src[7] && dst->src[8] && dst->src[9] && dst->src[7]->ne[1] > 0;
+}
+
+// the ring's tensors as the kernels read them (ggml_flash_attn_ext_set_ring): kr, vr rows of whole blocks, q8_0 for a
+// turbo side (of whole q8_0 blocks) and the side's type otherwise, broadcast over heads and streams as K and V; an F16
+// mr whose rows hold R columns at least
+bool ggml_cuda_turbo_fattn_ring_ok(const ggml_tensor * dst) {
+    if (!ggml_cuda_turbo_fattn_has_ring(dst)) {
+        return !dst->src[7];
+    }
+    const ggml_tensor * K  = dst->src[1];
+    const ggml_tensor * V  = dst->src[2];
+    const ggml_tensor * mask = dst->src[3];
+    const ggml_tensor * kr = dst->src[7];
+    const ggml_tensor * vr = dst->src[8];
+    const ggml_tensor * mr = dst->src[9];
+    const auto side_ok = [](const ggml_tensor * x, const ggml_tensor * r) {
+        const ggml_type t = ggml_cuda_is_turbo_type(x->type) ? GGML_TYPE_Q8_0 : x->type;
+        return r->type == t && r->nb[0] == ggml_type_size(t) && r->ne[0] == x->ne[0] && r->ne[2] == x->ne[2] &&
+            r->ne[3] == x->ne[3] && r->ne[0] % ggml_blck_size(t) == 0;
+    };
+    return mask && side_ok(K, kr) && side_ok(V, vr) && vr->ne[1] == kr->ne[1] && kr->ne[1] < INT32_MAX &&
+        mr->type == GGML_TYPE_F16 && mr->nb[0] == sizeof(half) && mr->ne[0] >= kr->ne[1] && mr->ne[1] >= mask->ne[1] &&
+        mr->ne[2] == mask->ne[2] && mr->ne[3] == mask->ne[3];
+}
+
 // the layouts every turbo decode reads: f32 Q and output, K / V rows of whole blocks, an f16 mask broadcast over the
 // heads, f32 sinks, whole GQA groups
 static bool turbo_fattn_layout_ok(const ggml_tensor * dst) {
@@ -40,13 +67,13 @@ bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst) {
     if (K->ne[0] != V->ne[0] || Q->ne[0] != K->ne[0] || (K->ne[0] != 128 && K->ne[0] != 256)) {
         return false;
     }
-    if (!turbo_fattn_layout_ok(dst)) {
+    if (!turbo_fattn_layout_ok(dst) || !ggml_cuda_turbo_fattn_ring_ok(dst)) {
         return false;
     }
     // cell 0's exact rows (ggml_flash_attn_ext_set_cell0): the decode kernels and the prefill take them; a prefill that
     // ggml_cuda_turbo_fattn_prefill would not serve (upstream's conversion of the cache) would ignore them
-    if (ggml_cuda_turbo_fattn_has_cell0(dst) && Q->ne[1] > GGML_CUDA_TURBO_FA_MAX_BATCH && !ggml_is_contiguous(dst)) {
-        return false;
+    if ((ggml_cuda_turbo_fattn_has_cell0(dst) || dst->src[7]) && Q->ne[1] > GGML_CUDA_TURBO_FA_MAX_BATCH && !ggml_is_contiguous(dst)) {
+        return false;   // (the ring likewise)
     }
     // turbo4 with a turbo partner runs on the tensor-core kernel only (Ampere and newer; the scalar kernel has no such
     // instance): refused elsewhere, so it runs on the CPU. With a q8_0 / f16 partner the scalar kernel serves it there
@@ -165,9 +192,12 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     const int n_head_kv = (int) K->ne[2];
     const int gqa       = n_head / n_head_kv;
     const int n_kv      = (int) K->ne[1];
-    // cell 0's exact rows: the split blocks walk keys 1.. and one more block per row group does key 0 (turbo_fa_cell0)
+    // cell 0's exact rows: the split blocks walk keys 1.. and one more block per row group does key 0; the ring's R keys:
+    // more blocks per row group, TURBO_FA_RING_KEYS each (turbo_fa_cell0, turbo_fa_extra_block)
     const bool c0_on    = ggml_cuda_turbo_fattn_has_cell0(dst) && n_kv > 0;
     const int n_kv_main = n_kv - (c0_on ? 1 : 0);
+    const int r_n       = ggml_cuda_turbo_fattn_has_ring(dst) ? (int) dst->src[7]->ne[1] : 0;
+    const int n_extra   = r_n > 0 ? (r_n + TURBO_FA_RING_KEYS - 1) / TURBO_FA_RING_KEYS : c0_on ? 1 : 0;
 
     const int id  = ggml_cuda_get_device();
     const int nsm = ggml_cuda_info().devices[id].nsm;
@@ -214,17 +244,17 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
         }
     }
     const int min_tiles = use_mma ? walkers*min_steps : 1;
-    // v4/v5: at most one wave (floor), v3: at least its target (ceil). With cell 0's block per row group (turbo_fa_cell0)
-    // the wave holds one split fewer: a block past it starts only when another ends (run H17, llama8b at 32K keys: one
-    // wave and 8 blocks, the op 0.9-1.8 us slower)
-    const int want = use_mma ? std::max(1, target / blocks_base - (c0_on ? 1 : 0)) : (target + blocks_base - 1) / blocks_base;
+    // v4/v5: at most one wave (floor), v3: at least its target (ceil). With the extra blocks per row group (cell 0's, the
+    // ring's: turbo_fa_cell0) the wave holds as many splits fewer: a block past it starts only when another ends (run
+    // H17, llama8b at 32K keys: one wave and 8 blocks, the op 0.9-1.8 us slower)
+    const int want = use_mma ? std::max(1, target / blocks_base - n_extra) : (target + blocks_base - 1) / blocks_base;
     int n_split = std::max(1, std::min(std::max(n_tiles / min_tiles, 1), want));
     const int tps = std::max(1, (n_tiles + n_split - 1) / n_split);
     n_split = std::max(1, (n_tiles + tps - 1) / tps);
 
     ggml_cuda_pool & pool = ctx.pool();
     cudaStream_t stream = ctx.stream();
-    const int  n_part = n_split + (c0_on ? 1 : 0);   // partials per row group (the last one cell 0's, when on)
+    const int  n_part = n_split + n_extra;   // partials per row group (the last n_extra the extra blocks')
     const size_t n_slots = (size_t) ne3*n_head_kv*nrg*n_part*ncols;
     ggml_cuda_pool_alloc<float>  part_acc(pool, n_slots*D);
     ggml_cuda_pool_alloc<float2> part_meta(pool, n_slots);
@@ -257,12 +287,24 @@ static void turbo_fattn_decode(ggml_backend_cuda_context & ctx, ggml_tensor * ds
     p.nb31 = mask ? mask->nb[1] : 0; p.nb33 = mask ? mask->nb[3] : 0;
     p.nrg = nrg; p.n_split = n_part; p.tiles_per_split = tps;
     p.c0 = turbo_fa_cell0{};
+    p.c0.on = n_extra > 0;
+    p.c0.n_extra = n_extra;
+    if (r_n > 0) {
+        const ggml_tensor * kr = dst->src[7];
+        const ggml_tensor * vr = dst->src[8];
+        const ggml_tensor * mr = dst->src[9];
+        p.c0.kr = (const char *) kr->data; p.c0.vr = (const char *) vr->data; p.c0.mr = (const char *) mr->data;
+        p.c0.r_n = r_n; p.c0.r_keys = TURBO_FA_RING_KEYS;
+        p.c0.kr_nb1 = kr->nb[1]; p.c0.kr_nb2 = kr->nb[2]; p.c0.kr_nb3 = kr->nb[3];
+        p.c0.vr_nb1 = vr->nb[1]; p.c0.vr_nb2 = vr->nb[2]; p.c0.vr_nb3 = vr->nb[3];
+        p.c0.mr_nb1 = mr->nb[1]; p.c0.mr_nb3 = mr->nb[3];
+    }
     if (c0_on) {
         const ggml_tensor * k0 = ggml_cuda_is_turbo_type(K->type) ? dst->src[5] : nullptr;
         const ggml_tensor * v0 = ggml_cuda_is_turbo_type(V->type) ? dst->src[6] : nullptr;
         GGML_ASSERT(!k0 || (k0->type == GGML_TYPE_F32 && k0->nb[0] == sizeof(float) && k0->ne[0] == D));
         GGML_ASSERT(!v0 || (v0->type == GGML_TYPE_F32 && v0->nb[0] == sizeof(float) && v0->ne[0] == D));
-        p.c0.on = 1;
+        p.c0.c0 = 1;
         p.c0.K = p.K; p.c0.V = p.V; p.c0.mask = p.mask;
         p.c0.k0 = k0 ? (const float *) k0->data : nullptr;
         p.c0.v0 = v0 ? (const float *) v0->data : nullptr;

@@ -15,16 +15,26 @@
 
 #define TURBO_FA_THREADS 128
 #define TURBO_FA_TILE    32   // keys per tile: 4 threads per key in the scores phase, one lane per key in the softmax
+#define TURBO_FA_RING_KEYS 64 // ring keys per extra block (turbo_fa_extra_block)
 
-// cell 0 (the first key, which takes much of the attention) with its exact rows (ggml_flash_attn_ext_set_cell0). When
-// on, the split blocks walk keys 1.. (turbo_fa_params' K, V and mask start one key in, n_kv is one less: their loops
-// are the same as without), and key 0's partial result goes into the group's last split slot, which the combine
-// merges like any other split (turbo_fa_cell0_block), written by one more block per row group (the last blockIdx.x)
+// The extra blocks: cell 0 (the first key, which takes much of the attention) with its exact rows
+// (ggml_flash_attn_ext_set_cell0) and the recent window's ring rows (ggml_flash_attn_ext_set_ring). With cell 0 on,
+// the split blocks walk keys 1.. (turbo_fa_params' K, V and mask start one key in, n_kv is one less: their loops are
+// the same as without), and key 0's partial result goes into the first extra slot; the ring's R keys go in chunks of
+// r_keys to the extra slots after the splits', which the combine merges like any other split (turbo_fa_extra_block),
+// written by n_extra more blocks per row group (the last blockIdx.x)
 struct turbo_fa_cell0 {
-    int on;
+    int on;                                              // n_extra blocks per row group (0: none)
+    int n_extra;
+    int c0;                                              // cell 0's key is the first extra block's
     const char * K; const char * V; const char * mask;   // the op's own K, V and mask: key 0 is row (column) 0
     const float * k0; const float * v0;                  // the exact rows (turbo K, turbo V only), or nullptr
     int64_t k0_nb1, k0_nb2, v0_nb1, v0_nb2;
+    // the ring: kr, vr rows r of each KV head and stream (q8_0 in the rotated domain for a turbo side, else the side's
+    // type), mr their mask (F16, column r); extra block e takes rows [e*r_keys, min(R, (e + 1)*r_keys))
+    const char * kr; const char * vr; const char * mr;
+    int r_n, r_keys;
+    int64_t kr_nb1, kr_nb2, kr_nb3, vr_nb1, vr_nb2, vr_nb3, mr_nb1, mr_nb3;
 };
 
 struct turbo_fa_params {
@@ -68,56 +78,206 @@ static __device__ __forceinline__ float turbo_fa_row_value(const char * row, con
     }
 }
 
-// The cell-0 block (turbo_fa_cell0): key 0's score for every real row of the block's group (KV head hk, row group rg,
-// dim 3 iq3) with K's exact row when it has one (its first value not NaN), else with K's row 0 as the split blocks
-// decode it; then softcap, mask and ALiBi as they apply them; the partial result of one key (max = the score, sum 1,
-// values = V's exact or decoded row 0) into the group's last split slot. qf(r, d): row r's q at dim d as the products
-// take it (rotated for a turbo K, times the softmax scale, base e). Warp w takes rows w, w + 4, ...; no block barrier.
-// (Inlined: not inlined, the kernel's parameters went to its stack for the call, and the tensor-core loops spilled)
-template <int D, ggml_type type_K, ggml_type type_V, int NR, int NT, typename QF>
-static __device__ void turbo_fa_cell0_block(const turbo_fa_params & p, const int hk, const int rg, const int iq3,
+// The extra blocks (turbo_fa_cell0): block e (of n_extra) of the group (KV head hk, row group rg, dim 3 iq3) takes
+// key 0 when e == 0 and cell 0 is on (K's exact row when it has one, its first value not NaN, else K's row 0 as the split
+// blocks decode it; V likewise) and ring rows [e*r_keys, ..): for every real row of the group the scores, softcapped,
+// masked and ALiBi'd as the split blocks do it, an online softmax, the partial result (max in base e, sum, values in
+// V's domain: rotated for a turbo V) into slot blockIdx.x of the group. qf(r, d): row r's q at dim d as the products
+// take it (rotated for a turbo K, times the softmax scale, base e). Warp w takes rows w, w + NT/32, ... (no block
+// barrier; each row's result is one warp's), lane l dims l + 32i, XB keys at a time, their loads issued together and a
+// batch ahead (the block is latency-bound: a key at a time, 64 keys would take longer than a short decode's splits).
+// The tensor-core kernel calls it not inlined (turbo_fa_extra_block_call): inlined there, its loops' registers changed
+// (the one-tile loop spilled 4 bytes, the two-tile loop 8), while the cell-0 block alone had left them as they were.
+template <int D, ggml_type type_K, ggml_type type_V, int NR, int NT, int XB, typename QF>
+static __device__ __forceinline__ void turbo_fa_extra_block(const turbo_fa_params & p, const int hk, const int rg, const int iq3,
         const QF & qf) {
+    constexpr int NWX = NT/WARP_SIZE;
+    constexpr int RPW = (NR + NWX - 1)/NWX;   // rows per warp
+    constexpr int NV  = D/WARP_SIZE;          // dims per lane
+    // the ring's rows: q8_0 (rotated) for a turbo side, the side's own type otherwise
+    constexpr ggml_type type_KR = ggml_cuda_is_turbo_type(type_K) ? GGML_TYPE_Q8_0 : type_K;
+    constexpr ggml_type type_VR = ggml_cuda_is_turbo_type(type_V) ? GGML_TYPE_Q8_0 : type_V;
     const int lane = threadIdx.x % WARP_SIZE;
     const int warp = threadIdx.x / WARP_SIZE;
     const turbo_fa_cell0 & c0 = p.c0;
-    const char * krow = c0.K + (int64_t) hk*p.nb12 + (int64_t) (iq3 % p.ne13)*p.nb13;
-    const char * vrow = c0.V + (int64_t) hk*p.nb22 + (int64_t) (iq3 % p.ne23)*p.nb23;
-    const float * kx = c0.k0 ? (const float *) ((const char *) c0.k0 + hk*c0.k0_nb1 + (iq3 % p.ne13)*c0.k0_nb2) : nullptr;
-    const float * vx = c0.v0 ? (const float *) ((const char *) c0.v0 + hk*c0.v0_nb1 + (iq3 % p.ne23)*c0.v0_nb2) : nullptr;
-    if (kx && turbo_fa_isnan(kx[0])) {
-        kx = nullptr;   // not known exactly: decoded as usual
-    }
-    if (vx && turbo_fa_isnan(vx[0])) {
-        vx = nullptr;
-    }
+    const int e = (int) blockIdx.x - ((int) gridDim.x - c0.n_extra);
     const int R = p.gqa*p.n_q;
-    const int64_t slot = ((int64_t) (iq3*gridDim.y + blockIdx.y))*p.n_split + p.n_split - 1;   // the group's last
-    for (int r = warp; r < NR; r += NT/WARP_SIZE) {
+
+    float M[RPW], L[RPW], acc[RPW][NV], slope[RPW];
+    int jq[RPW];
+    bool ok[RPW];
+#pragma unroll
+    for (int i = 0; i < RPW; ++i) {
+        const int r = warp + i*NWX;
         const int rho = rg*NR + r;
-        if (rho >= R) {
-            break;   // (rows ascend: the rest are pad rows too, never read)
+        ok[i] = r < NR && rho < R;   // warp-uniform
+        jq[i] = ok[i] ? rho / p.gqa : 0;
+        slope[i] = get_alibi_slope(p.max_bias, hk*p.gqa + (ok[i] ? rho % p.gqa : 0), p.n_head_log2, p.m0, p.m1);
+        M[i] = -INFINITY;
+        L[i] = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            acc[i][k] = 0.0f;
         }
-        const int j = rho / p.gqa, h = hk*p.gqa + rho % p.gqa;
-        float s = 0.0f;
-        for (int d = lane; d < D; d += WARP_SIZE) {
-            s += qf(r, d)*(kx ? kx[d] : turbo_fa_row_value<type_K>(krow, d));
+    }
+    // row i's score of a K row (values kv, NV per lane) with mask value m: the product, softcap, the mask times the
+    // slope, as the split blocks apply them (q read where it is used)
+    auto score = [&](const int i, const float kv[NV], const float m) {
+        float x = 0.0f;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            x += qf(warp + i*NWX, lane + 32*k)*kv[k];
         }
-        s = warp_reduce_sum(s);
+        x = warp_reduce_sum(x);
         if (p.logit_softcap != 0.0f) {
-            s = p.logit_softcap*tanhf(s/p.logit_softcap);
+            x = p.logit_softcap*tanhf(x/p.logit_softcap);
         }
-        if (c0.mask) {
-            const half * m = (const half *) (c0.mask + (int64_t) (iq3 % p.ne33)*p.nb33 + (int64_t) j*p.nb31);
-            s += get_alibi_slope(p.max_bias, h, p.n_head_log2, p.m0, p.m1)*__half2float(m[0]);
+        return x + slope[i]*m;
+    };
+    // XB keys' scores s[b][i] (-inf: no key) and values vv merged into each row's online softmax
+    auto merge = [&](const float s[XB][RPW], const float vv[XB][NV]) {
+#pragma unroll
+        for (int i = 0; i < RPW; ++i) {
+            float mx = M[i];
+#pragma unroll
+            for (int b = 0; b < XB; ++b) {
+                mx = fmaxf(mx, s[b][i]);
+            }
+            if (mx == -INFINITY) {
+                continue;   // nothing seen yet (warp-uniform)
+            }
+            const float alpha = expf(M[i] - mx);   // 0 while M is -inf
+            L[i] *= alpha;
+#pragma unroll
+            for (int k = 0; k < NV; ++k) {
+                acc[i][k] *= alpha;
+            }
+#pragma unroll
+            for (int b = 0; b < XB; ++b) {
+                const float pb = s[b][i] == -INFINITY ? 0.0f : expf(s[b][i] - mx);
+                L[i] += pb;
+#pragma unroll
+                for (int k = 0; k < NV; ++k) {
+                    acc[i][k] += pb*vv[b][k];
+                }
+            }
+            M[i] = mx;
         }
-        float * acc = p.part_acc + (slot*NR + r)*D;
-        for (int d = lane; d < D; d += WARP_SIZE) {
-            acc[d] = vx ? vx[d] : turbo_fa_row_value<type_V>(vrow, d);
+    };
+
+    if (c0.c0 && e == 0) {
+        // key 0 (the batch's other keys absent)
+        const char * krow = c0.K + (int64_t) hk*p.nb12 + (int64_t) (iq3 % p.ne13)*p.nb13;
+        const char * vrow = c0.V + (int64_t) hk*p.nb22 + (int64_t) (iq3 % p.ne23)*p.nb23;
+        const float * kx = c0.k0 ? (const float *) ((const char *) c0.k0 + hk*c0.k0_nb1 + (iq3 % p.ne13)*c0.k0_nb2) : nullptr;
+        const float * vx = c0.v0 ? (const float *) ((const char *) c0.v0 + hk*c0.v0_nb1 + (iq3 % p.ne23)*c0.v0_nb2) : nullptr;
+        if (kx && turbo_fa_isnan(kx[0])) {
+            kx = nullptr;   // not known exactly: decoded as usual
+        }
+        if (vx && turbo_fa_isnan(vx[0])) {
+            vx = nullptr;
+        }
+        float kv[NV], vv[XB][NV], s[XB][RPW];
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            const int d = lane + 32*k;
+            kv[k] = kx ? kx[d] : turbo_fa_row_value<type_K>(krow, d);
+#pragma unroll
+            for (int b = 0; b < XB; ++b) {
+                vv[b][k] = b > 0 ? 0.0f : vx ? vx[d] : turbo_fa_row_value<type_V>(vrow, d);
+            }
+        }
+#pragma unroll
+        for (int i = 0; i < RPW; ++i) {
+            const float m = c0.mask ?
+                __half2float(*(const half *) (c0.mask + (int64_t) (iq3 % p.ne33)*p.nb33 + (int64_t) jq[i]*p.nb31)) : 0.0f;
+            const float x = score(i, kv, m);
+            s[0][i] = ok[i] ? x : -INFINITY;
+#pragma unroll
+            for (int b = 1; b < XB; ++b) {
+                s[b][i] = -INFINITY;
+            }
+        }
+        merge(s, vv);
+    }
+
+    if (c0.r_n > 0) {
+        const int r0 = e*c0.r_keys, r1 = min(c0.r_n, r0 + c0.r_keys);
+        const char * krb = c0.kr + (int64_t) hk*c0.kr_nb2 + (int64_t) (iq3 % p.ne13)*c0.kr_nb3;
+        const char * vrb = c0.vr + (int64_t) hk*c0.vr_nb2 + (int64_t) (iq3 % p.ne23)*c0.vr_nb3;
+        const char * mrb = c0.mr + (int64_t) (iq3 % p.ne33)*c0.mr_nb3;
+        // the rows and mask values of keys k0 .. k0 + XB - 1 (past the end: the last key again, not counted)
+        auto load = [&](const int k0, float kv[XB][NV], float vv[XB][NV], float m[XB][RPW]) {
+#pragma unroll
+            for (int b = 0; b < XB; ++b) {
+                const int key = min(k0 + b, r1 - 1);
+#pragma unroll
+                for (int k = 0; k < NV; ++k) {
+                    kv[b][k] = turbo_fa_row_value<type_KR>(krb + (int64_t) key*c0.kr_nb1, lane + 32*k);
+                    vv[b][k] = turbo_fa_row_value<type_VR>(vrb + (int64_t) key*c0.vr_nb1, lane + 32*k);
+                }
+#pragma unroll
+                for (int i = 0; i < RPW; ++i) {
+                    m[b][i] = __half2float(((const half *) (mrb + (int64_t) jq[i]*c0.mr_nb1))[key]);
+                }
+            }
+        };
+        auto take = [&](const int k0, const float kv[XB][NV], const float vv[XB][NV], const float m[XB][RPW]) {
+            float s[XB][RPW];
+#pragma unroll
+            for (int b = 0; b < XB; ++b) {
+#pragma unroll
+                for (int i = 0; i < RPW; ++i) {
+                    const float x = score(i, kv[b], m[b][i]);
+                    s[b][i] = k0 + b < r1 && ok[i] ? x : -INFINITY;
+                }
+            }
+            merge(s, vv);
+        };
+        // two batches in flight: the next one's loads go out before this one's products (latency-bound otherwise)
+        float kvA[XB][NV], vvA[XB][NV], mA[XB][RPW], kvB[XB][NV], vvB[XB][NV], mB[XB][RPW];
+        if (r0 < r1) {
+            load(r0, kvA, vvA, mA);
+        }
+        for (int k0 = r0; k0 < r1; k0 += 2*XB) {
+            if (k0 + XB < r1) {
+                load(k0 + XB, kvB, vvB, mB);
+            }
+            take(k0, kvA, vvA, mA);
+            if (k0 + XB >= r1) {
+                break;
+            }
+            if (k0 + 2*XB < r1) {
+                load(k0 + 2*XB, kvA, vvA, mA);
+            }
+            take(k0 + XB, kvB, vvB, mB);
+        }
+    }
+
+    const int64_t slot = ((int64_t) (iq3*gridDim.y + blockIdx.y))*p.n_split + blockIdx.x;
+#pragma unroll
+    for (int i = 0; i < RPW; ++i) {
+        if (!ok[i]) {
+            continue;   // a pad row, never read
+        }
+        float * a = p.part_acc + (slot*NR + warp + i*NWX)*D;
+#pragma unroll
+        for (int k = 0; k < NV; ++k) {
+            a[lane + 32*k] = acc[i][k];
         }
         if (lane == 0) {
-            p.part_meta[slot*NR + r] = s == -INFINITY ? make_float2(-INFINITY, 0.0f) : make_float2(s, 1.0f);
+            p.part_meta[slot*NR + warp + i*NWX] = make_float2(M[i], M[i] == -INFINITY ? 0.0f : L[i]);
         }
     }
+}
+
+// ... as a call: p by value (copied to the call's stack by the extra blocks alone; taken by reference, a kernel parameter
+// has no generic address without __grid_constant__), so that ptxas allocates the kernel's loops as without the block;
+// 2 keys at a time, 1 at D = 256, two batches in flight (more spilled under the one-tile loops' 128 registers)
+template <int D, ggml_type type_K, ggml_type type_V, int NR, int NT, typename QF>
+static __device__ __noinline__ void turbo_fa_extra_block_call(const turbo_fa_params p, const int hk, const int rg,
+        const int iq3, const QF qf) {
+    turbo_fa_extra_block<D, type_K, type_V, NR, NT, D == 64 ? 2 : 256/D>(p, hk, rg, iq3, qf);
 }
 
 // stage NB 128-blocks of TILE keys of a turbo K or V into shared memory: words (qs) and norms
@@ -339,8 +499,8 @@ static __global__ void k_turbo_fattn(const turbo_fa_params p) {
         }
         __syncthreads();
     }
-    if (p.c0.on && split == (int) gridDim.x - 1) {   // the cell-0 block (turbo_fa_cell0)
-        turbo_fa_cell0_block<D, type_K, type_V, NCOLS, TURBO_FA_THREADS>(p, hk, rg, iq3,
+    if (p.c0.on && split >= (int) gridDim.x - p.c0.n_extra) {   // an extra block (turbo_fa_cell0)
+        turbo_fa_extra_block<D, type_K, type_V, NCOLS, TURBO_FA_THREADS, 2>(p, hk, rg, iq3,
             [&](const int r, const int d) { return q_sh[turbo_fa_qidx<D>(r, d)]; });
         return;
     }

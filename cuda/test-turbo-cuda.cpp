@@ -5,13 +5,16 @@
 // every written block is compared byte for byte with ggml_quantize_chunk (= quantize_row_turbo*_ref, *_64_ref).
 // GET_ROWS back to f32 on CUDA0 is compared bit for bit with the type's to_float (dequantize_row_turbo*).
 // Rows cover normal, uniform, large (> 2^32, the rescaled path), small (FP16-subnormal norms), constant,
-// sparse, Hadamard-like, zero, NaN and Inf inputs. Exit status 0 only if every byte matches.
+// sparse, Hadamard-like, zero, NaN and Inf inputs. The recent window's ring (ggml_set_rows_ring): the q8_0 rows of the
+// rotated rows (turbo destinations; the bulk and the warp kernel) are compared byte for byte with the CPU backend's (the
+// reference), an f16 cache's ring rows with the rows it stored. Exit status 0 only if every byte matches.
 //
 // build: g++ -O2 -std=c++17 test-turbo-cuda.cpp -I<tree>/ggml/include -L<build>/bin -lggml -lggml-base -lggml-cpu -lggml-cuda
 #include "ggml.h"
 #include "ggml-alloc.h"
 #include "ggml-backend.h"
 #include "ggml-cuda.h"
+#include "ggml-cpu.h"
 
 #include <cmath>
 #include <cstdio>
@@ -19,6 +22,10 @@
 #include <algorithm>
 #include <random>
 #include <vector>
+
+// ggml's q8_0 block (ggml-common.h is not a public header)
+#define QK8_0 32
+struct block_q8_0 { ggml_fp16_t d; int8_t qs[QK8_0]; };
 
 static const int NCOLS = 1024;     // 8 blocks of 128 (16 of 64) per row
 // rows of a case: 512 (4096 blocks: f32 rows take the bulk 2-thread write kernel) or 48 (384 blocks: the warp
@@ -133,6 +140,102 @@ static int run_case(ggml_backend_t be, ggml_type type, ggml_type src_type, bool 
     return rows_ok == NROWS && deq_bad == 0 ? 0 : 1;
 }
 
+// SET_ROWS with a ring on backend be: NROWS rows of x into a [NCOLS, RING_KV*RING_NS] cache at rows perm, ring
+// [NCOLS, RING_R, RING_NS] (q8_0 for a turbo type, else the type); the ring's bytes into ring_out
+static const int RING_KV = 600, RING_NS = 2, RING_R = 300;
+static bool ring_compute(ggml_backend_t be, ggml_type type, ggml_type src_type, const std::vector<float> & x,
+        const std::vector<int64_t> & perm, std::vector<uint8_t> & ring_out, std::vector<uint8_t> & dst_out) {
+    ggml_init_params ip = { 8*ggml_tensor_overhead() + ggml_graph_overhead(), nullptr, true };
+    ggml_context * ctx = ggml_init(ip);
+    const ggml_type rtype = ggml_is_turbo(type) ? GGML_TYPE_Q8_0 : type;
+    ggml_tensor * src  = ggml_new_tensor_2d(ctx, src_type, NCOLS, NROWS);
+    ggml_tensor * idx  = ggml_new_tensor_1d(ctx, GGML_TYPE_I64, NROWS);
+    ggml_tensor * dst  = ggml_new_tensor_2d(ctx, type, NCOLS, RING_KV*RING_NS);
+    ggml_tensor * ring = ggml_new_tensor_3d(ctx, rtype, NCOLS, RING_R, RING_NS);
+    ggml_tensor * out  = ggml_set_rows(ctx, dst, src, idx);
+    ggml_set_rows_ring(out, ring);
+    ggml_cgraph * gf = ggml_new_graph(ctx);
+    ggml_build_forward_expand(gf, out);
+    ggml_backend_buffer_t buf = ggml_backend_alloc_ctx_tensors(ctx, be);
+    ggml_backend_buffer_clear(buf, 0);   // the cache and the ring start as zeros on both backends
+    ggml_backend_tensor_set(idx, perm.data(), 0, ggml_nbytes(idx));
+    if (src_type == GGML_TYPE_F32) {
+        ggml_backend_tensor_set(src, x.data(), 0, ggml_nbytes(src));
+    } else {
+        std::vector<ggml_fp16_t> h(x.size());
+        ggml_fp32_to_fp16_row(x.data(), h.data(), (int64_t) x.size());
+        ggml_backend_tensor_set(src, h.data(), 0, ggml_nbytes(src));
+    }
+    const bool ok = ggml_backend_graph_compute(be, gf) == GGML_STATUS_SUCCESS;
+    ring_out.resize(ggml_nbytes(ring));
+    ggml_backend_tensor_get(ring, ring_out.data(), 0, ring_out.size());
+    dst_out.resize(ggml_nbytes(dst));
+    ggml_backend_tensor_get(dst, dst_out.data(), 0, dst_out.size());
+    ggml_backend_buffer_free(buf);
+    ggml_free(ctx);
+    return ok;
+}
+
+static int run_ring_case(ggml_backend_t be, ggml_backend_t cpu, ggml_type type, ggml_type src_type, std::mt19937 & rng) {
+    std::vector<float> x((size_t) NROWS*NCOLS);
+    fill_rows(x, rng);
+    // NROWS distinct cells of the streams whose ring rows (stream, cell % R) are distinct too (a ring row written twice
+    // may hold either row)
+    std::vector<int64_t> all(RING_KV*RING_NS), perm;
+    for (int i = 0; i < RING_KV*RING_NS; ++i) all[i] = i;
+    std::shuffle(all.begin(), all.end(), rng);
+    std::vector<bool> used(RING_R*RING_NS, false);
+    for (int64_t c : all) {
+        const int64_t slot = (c / RING_KV)*RING_R + (c % RING_KV) % RING_R;
+        if (!used[slot] && (int) perm.size() < NROWS) {
+            used[slot] = true;
+            perm.push_back(c);
+        }
+    }
+    std::vector<uint8_t> got, ref, got_dst, ref_dst;
+    if (!ring_compute(be, type, src_type, x, perm, got, got_dst) || !ring_compute(cpu, type, src_type, x, perm, ref, ref_dst)) {
+        fprintf(stderr, "graph compute failed\n");
+        return 1;
+    }
+    const ggml_type rtype = ggml_is_turbo(type) ? GGML_TYPE_Q8_0 : type;
+    const size_t row_size = ggml_row_size(rtype, NCOLS);
+    int rows_bad = 0, skipped = 0;
+    if (rtype == GGML_TYPE_Q8_0) {
+        // each ring row against the CPU backend's, block by block, except where the reference's scale is not finite
+        // (NaN or Inf in the rotated block, or amax/127 past FP16: how MAX folds NaNs and how NaN converts to int8 are
+        // not the format's)
+        for (size_t r = 0; r < got.size()/row_size; ++r) {
+            const block_q8_0 * g = (const block_q8_0 *) (got.data() + r*row_size);
+            const block_q8_0 * c = (const block_q8_0 *) (ref.data() + r*row_size);
+            bool ok = true;
+            for (int b = 0; b < NCOLS/QK8_0; ++b) {
+                if (!std::isfinite(ggml_fp16_to_fp32(c[b].d))) {
+                    skipped++;
+                } else if (memcmp(&g[b], &c[b], sizeof(block_q8_0)) != 0) {
+                    ok = false;
+                }
+            }
+            if (!ok && rows_bad++ < 3) {
+                fprintf(stderr, "  ring row %zu differs\n", r);
+            }
+        }
+    } else {
+        // a plain cache's ring holds its rows as stored: each written ring row against the CUDA cache's own row (the
+        // f32 -> f16 conversion of out-of-range and NaN inputs is upstream's, not the CPU's bit for bit)
+        for (int64_t c : perm) {
+            const int64_t slot = (c / RING_KV)*RING_R + (c % RING_KV) % RING_R;
+            if (memcmp(got.data() + slot*row_size, got_dst.data() + c*row_size, row_size) != 0 && rows_bad++ < 3) {
+                fprintf(stderr, "  ring row %lld differs from cache row %lld\n", (long long) slot, (long long) c);
+            }
+        }
+    }
+    const int n_cmp = rtype == GGML_TYPE_Q8_0 ? (int) (got.size()/row_size) : (int) perm.size();
+    printf("BITEXACT %-9s %-8s src %-3s rows %3d: ring (%s) %d/%d rows identical to %s (%d blocks of non-finite scale "
+        "skipped)\n", ggml_type_name(type), "RING", ggml_type_name(src_type), NROWS, ggml_type_name(rtype), n_cmp - rows_bad,
+        n_cmp, rtype == GGML_TYPE_Q8_0 ? "the CPU backend's" : "the cache's rows", skipped);
+    return rows_bad == 0 ? 0 : 1;
+}
+
 int main() {
     ggml_backend_t be = ggml_backend_cuda_init(0);
     if (!be) {
@@ -151,6 +254,19 @@ int main() {
             }
         }
     }
+    ggml_backend_t cpu = ggml_backend_cpu_init();
+    for (int rows : { 512, 48 }) {
+        NROWS = rows;
+        for (ggml_type type : { GGML_TYPE_TURBO4, GGML_TYPE_TURBO3, GGML_TYPE_TURBO2,
+                                GGML_TYPE_TURBO4_64, GGML_TYPE_TURBO3_64, GGML_TYPE_TURBO2_64 }) {
+            for (ggml_type st : { GGML_TYPE_F32, GGML_TYPE_F16 }) {
+                fails += run_ring_case(be, cpu, type, st, rng);
+            }
+        }
+        // (an f16 cache's ring: the rows as stored; a q8_0 cache's rows are upstream's encoding, its own test's)
+        fails += run_ring_case(be, cpu, GGML_TYPE_F16, GGML_TYPE_F32, rng);
+    }
+    ggml_backend_free(cpu);
     printf("BITEXACT %s (%d failing cases)\n", fails == 0 ? "PASS" : "FAIL", fails);
     ggml_backend_free(be);
     return fails == 0 ? 0 : 1;

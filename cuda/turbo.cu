@@ -109,19 +109,22 @@ struct turbo_set_rows_job {
     float * c0;
     int64_t c0_ne0;
     uint3 fd_kv;
+    // the recent window (ggml_set_rows_ring: dst's src[4], Q8_0 [ne0, R, n_stream]), or nullptr: a row stored into
+    // destination row s*kv_size + c also goes, rotated as cell 0's rows and as q8_0, to row c % R of stream s
+    char * ring;
+    size_t ring_nb1, ring_nb2;
+    uint3 fd_ring_kv, fd_ring_R;   // kv_size and R
 };
 
 // the warp's qk values (value lane + 32k) rotated as the decoder's output is (H D x, H normalized: the same float
-// operations as turbo_rotate_forward_qk) and stored at y: cell 0's exact block (ggml_set_rows_cell0)
+// operations as turbo_rotate_forward_qk), into t (the same layout)
 template <int qk>
-static __device__ __forceinline__ void turbo_warp_store_rotated(float * y, const float v[qk/WARP_SIZE], const int lane) {
+static __device__ __forceinline__ void turbo_warp_rotated(const float v[qk/WARP_SIZE], float t[qk/WARP_SIZE], const int lane) {
     if constexpr (qk == QK_TURBO_64) {
-        float t[2] = { v[0], v[1] };
+        t[0] = v[0];
+        t[1] = v[1];
         turbo64_warp_rotate(t, lane);
-        y[lane]      = t[0];
-        y[lane + 32] = t[1];
     } else {
-        float t[4];
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
             t[k] = turbo_sign_neg(lane + 32*k) ? -v[k] : v[k];
@@ -129,7 +132,36 @@ static __device__ __forceinline__ void turbo_warp_store_rotated(float * y, const
         turbo_warp_fwht(t, lane);
 #pragma unroll
         for (int k = 0; k < 4; ++k) {
-            y[lane + 32*k] = __fmul_rn(t[k], TURBO_CUDA_INV_SQRT_QK);
+            t[k] = __fmul_rn(t[k], TURBO_CUDA_INV_SQRT_QK);
+        }
+    }
+}
+
+// ... stored at y: cell 0's exact block (ggml_set_rows_cell0)
+template <int qk>
+static __device__ __forceinline__ void turbo_warp_store_rotated(float * y, const float v[qk/WARP_SIZE], const int lane) {
+    float t[qk/WARP_SIZE];
+    turbo_warp_rotated<qk>(v, t, lane);
+#pragma unroll
+    for (int k = 0; k < qk/WARP_SIZE; ++k) {
+        y[lane + 32*k] = t[k];
+    }
+}
+
+// ... stored as qk/32 q8_0 blocks at y (value lane + 32k is qs[lane] of block k): the ring's row (ggml_set_rows_ring),
+// the float operations of quantize_row_q8_0_ref (explicitly rounded: fast math)
+template <int qk>
+static __device__ __forceinline__ void turbo_warp_store_ring(block_q8_0 * y, const float v[qk/WARP_SIZE], const int lane) {
+    float t[qk/WARP_SIZE];
+    turbo_warp_rotated<qk>(v, t, lane);
+#pragma unroll
+    for (int k = 0; k < qk/WARP_SIZE; ++k) {
+        const float amax = warp_reduce_max(fabsf(t[k]));
+        const float d  = __fdiv_rn(amax, 127.0f);
+        const float id = d != 0.0f ? __fdiv_rn(1.0f, d) : 0.0f;
+        y[k].qs[lane] = (int8_t) roundf(__fmul_rn(t[k], id));
+        if (lane == 0) {
+            y[k].d = __float2half_rn(d);
         }
     }
 }
@@ -143,6 +175,17 @@ static __device__ __forceinline__ float * turbo_job_cell0(const turbo_set_rows_j
     }
     const uint2 qr = fast_div_modulo((uint32_t) dst_row, j.fd_kv);   // (stream, cell)
     return qr.y == 0 ? j.c0 + (int64_t) qr.x*j.c0_ne0 + ib*qk : nullptr;
+}
+
+// where block ib (of qk values) of a row stored into destination row dst_row goes in the ring (its qk/32 q8_0 blocks),
+// or nullptr when the job has no ring
+template <int qk>
+static __device__ __forceinline__ block_q8_0 * turbo_job_ring(const turbo_set_rows_job & j, const int64_t dst_row, const int ib) {
+    if (!j.ring) {
+        return nullptr;
+    }
+    const uint2 qr = fast_div_modulo((uint32_t) dst_row, j.fd_ring_kv);   // (stream, cell)
+    return (block_q8_0 *) (j.ring + qr.x*j.ring_nb2 + fastmodulo(qr.y, j.fd_ring_R)*j.ring_nb1) + ib*(qk/QK8_0);
 }
 
 // one warp per block of src0 (qk = 128 values, or 64 for the 64-value types): rows go to the dst rows that src1 names
@@ -180,6 +223,10 @@ static __device__ __forceinline__ void turbo_set_rows_block(const turbo_set_rows
     if (c0) {
         turbo_warp_store_rotated<qk>(c0, v, lane);
     }
+    block_q8_0 * rb = turbo_job_ring<qk>(j, dst_row, ib);   // warp-uniform
+    if (rb) {
+        turbo_warp_store_ring<qk>(rb, v, lane);
+    }
     int codes[nv];
     const uint16_t h = turbo_warp_encode_qk<bits, qk>(v, codes, lane);
     turbo_warp_store_qk<bits, qk>((uint8_t *) (j.dst + dst_row*j.nb1 + i02*j.nb2 + i03*j.nb3 + ib*j.bs), h, codes, lane);
@@ -190,7 +237,7 @@ static __device__ __forceinline__ void turbo_set_rows_block(const turbo_set_rows
 // instructions per thread)
 template <typename idx_t>
 static __device__ __forceinline__ void turbo_job_locate(const turbo_set_rows_job & j, const int blk, const float * & src,
-        uint8_t * & dst, const float * & off, float * & c0) {
+        uint8_t * & dst, const float * & off, float * & c0, block_q8_0 * & rb) {
     const uint2 q0 = fast_div_modulo((uint32_t) blk, j.fd_nbr);    // (row, block of the row)
     const uint2 q1 = fast_div_modulo(q0.x, j.fd_ne01);             // (i2 and i3, i1)
     const uint2 q2 = fast_div_modulo(q1.x, j.fd_ne02);             // (i3, i2)
@@ -201,6 +248,7 @@ static __device__ __forceinline__ void turbo_job_locate(const turbo_set_rows_job
     dst = (uint8_t *) (j.dst + dst_row*j.nb1 + i2*j.nb2 + i3*j.nb3 + ib*j.bs);
     off = j.off ? j.off + ib*QK_TURBO : nullptr;
     c0 = turbo_job_cell0<QK_TURBO>(j, dst_row, ib);
+    rb = turbo_job_ring<QK_TURBO>(j, dst_row, ib);
 }
 
 // ---- two threads per block (turbo-encode-t2.cuh; large writes) -------------------------------------------------
@@ -261,10 +309,11 @@ static __global__ void k_turbo_set_rows_t2(const turbo_set_rows_job a, const tur
     const float * src = nullptr, * off = nullptr;
     uint8_t * dst = nullptr;
     float * c0 = nullptr;
+    block_q8_0 * rb = nullptr;
     if (in_a) {
-        turbo_job_locate<idx_t>(a, gid, src, dst, off, c0);
+        turbo_job_locate<idx_t>(a, gid, src, dst, off, c0, rb);
     } else if (in_b) {
-        turbo_job_locate<idx_t>(b, gid - a.nblk, src, dst, off, c0);
+        turbo_job_locate<idx_t>(b, gid - a.nblk, src, dst, off, c0, rb);
     }
     if (par == 0) {
         srcs[w][pr] = src;
@@ -309,6 +358,19 @@ static __global__ void k_turbo_set_rows_t2(const turbo_set_rows_job a, const tur
             v[k] = offb ? __fsub_rn(xr[lane + 32*k], offb[lane + 32*k]) : xr[lane + 32*k];
         }
         turbo_warp_store_rotated<QK_TURBO>(c0b, v, lane);
+    }
+    // the ring's rows (ggml_set_rows_ring: every block of a job with a ring): likewise, a block at a time by the warp
+    for (uint32_t want = __ballot_sync(0xffffffff, rb != nullptr && par == 0); want != 0; want &= want - 1) {
+        const int src_lane = __ffs(want) - 1;
+        block_q8_0 * rbb = (block_q8_0 *) __shfl_sync(0xffffffff, (unsigned long long) rb, src_lane);
+        const float * offb = (const float *) __shfl_sync(0xffffffff, (unsigned long long) off, src_lane);
+        const float * xr = xs[w][src_lane >> 1];
+        float v[4];
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+            v[k] = offb ? __fsub_rn(xr[lane + 32*k], offb[lane + 32*k]) : xr[lane + 32*k];
+        }
+        turbo_warp_store_ring<QK_TURBO>(rbb, v, lane);
     }
     // most warps hold blocks of one job; one may straddle the two, and then runs both encodes
     if (__any_sync(0xffffffff, in_a)) {
@@ -371,6 +433,18 @@ static turbo_set_rows_job turbo_set_rows_job_of(const ggml_tensor * src0, const 
         j.c0 = (float *) c0->data;
         j.c0_ne0 = c0->ne[0];
         j.fd_kv = init_fastdiv_values((uint64_t) (dst->ne[1] / c0->ne[1]));
+    }
+    const ggml_tensor * ring = dst->src[4];   // ggml_set_rows_ring
+    j.ring = nullptr;
+    j.ring_nb1 = j.ring_nb2 = 0;
+    j.fd_ring_kv = j.fd_ring_R = make_uint3(0, 0, 0);
+    if (ring) {
+        GGML_ASSERT(ggml_cuda_turbo_set_rows_ring_ok(dst));
+        j.ring = (char *) ring->data;
+        j.ring_nb1 = ring->nb[1];
+        j.ring_nb2 = ring->nb[2];
+        j.fd_ring_kv = init_fastdiv_values((uint64_t) (dst->ne[1] / ring->ne[2]));
+        j.fd_ring_R  = init_fastdiv_values((uint64_t) ring->ne[1]);
     }
     return j;
 }
@@ -498,6 +572,62 @@ static void turbo_set_rows_dispatch(ggml_backend_cuda_context & ctx, const ggml_
 
 void ggml_cuda_turbo_set_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst) {
     turbo_set_rows_dispatch(ctx, dst->src[0], dst->src[1], dst, nullptr);
+}
+
+bool ggml_cuda_turbo_set_rows_ring_ok(const ggml_tensor * dst) {
+    const ggml_tensor * ring = dst->src[4];
+    if (!ring) {
+        return true;
+    }
+    const bool turbo = ggml_cuda_is_turbo_type(dst->type);
+    return ring->type == (turbo ? GGML_TYPE_Q8_0 : dst->type) && ggml_is_contiguous(ring) && ring->ne[0] == dst->ne[0] &&
+        ring->ne[1] > 0 && ring->ne[2] > 0 && ring->ne[3] == 1 && dst->ne[2] == 1 && dst->ne[3] == 1 &&
+        dst->ne[1] % ring->ne[2] == 0 && dst->ne[1] < INT32_MAX && ring->ne[1] < INT32_MAX &&
+        ggml_row_size(dst->type, dst->ne[0]) % 2 == 0 && dst->nb[1] % 2 == 0 && ring->nb[1] % 2 == 0;
+}
+
+// a non-turbo SET_ROWS's ring: the bytes of each row just stored at destination row s*kv_size + c copied to ring row
+// c % R of stream s (a row of 16-bit words per CUDA block; every row size of ggml's types is even)
+template <typename idx_t>
+static __global__ void k_turbo_set_rows_ring_copy(const char * __restrict__ dst, const idx_t * __restrict__ idx,
+        char * __restrict__ ring, const int64_t s10, const size_t nb1, const size_t ring_nb1, const size_t ring_nb2,
+        const int row_words, const uint3 fd_kv, const uint3 fd_R) {
+    const int64_t dst_row = (int64_t) idx[blockIdx.x*s10];
+    const uint2 qr = fast_div_modulo((uint32_t) dst_row, fd_kv);   // (stream, cell)
+    const uint16_t * src = (const uint16_t *) (dst + dst_row*nb1);
+    uint16_t * out = (uint16_t *) (ring + qr.x*ring_nb2 + fastmodulo(qr.y, fd_R)*ring_nb1);
+    for (int i = threadIdx.x; i < row_words; i += blockDim.x) {
+        out[i] = src[i];
+    }
+}
+
+void ggml_cuda_turbo_set_rows_ring(ggml_backend_cuda_context & ctx, const ggml_tensor * dst) {
+    const ggml_tensor * ring = dst->src[4];
+    if (!ring || ggml_cuda_is_turbo_type(dst->type)) {
+        return;   // (a turbo write stores its ring rows itself)
+    }
+    GGML_ASSERT(ggml_cuda_turbo_set_rows_ring_ok(dst));
+    const ggml_tensor * src1 = dst->src[1];
+    const int64_t n = dst->src[0]->ne[1];   // (dst's ne[2] and ne[3] are 1, and so are the rows')
+    if (n == 0) {
+        return;
+    }
+    GGML_ASSERT(n < INT32_MAX && src1->ne[0] == n);
+    const int row_words = (int) (ggml_row_size(dst->type, dst->ne[0]) / 2);
+    const uint3 fd_kv = init_fastdiv_values((uint64_t) (dst->ne[1] / ring->ne[2]));
+    const uint3 fd_R  = init_fastdiv_values((uint64_t) ring->ne[1]);
+    const int threads = std::min(256, (row_words + 31) / 32 * 32);
+    if (src1->type == GGML_TYPE_I64) {
+        k_turbo_set_rows_ring_copy<int64_t><<<(unsigned) n, threads, 0, ctx.stream()>>>((const char *) dst->data,
+            (const int64_t *) src1->data, (char *) ring->data, src1->nb[0]/sizeof(int64_t), dst->nb[1], ring->nb[1], ring->nb[2],
+            row_words, fd_kv, fd_R);
+    } else {
+        GGML_ASSERT(src1->type == GGML_TYPE_I32);
+        k_turbo_set_rows_ring_copy<int32_t><<<(unsigned) n, threads, 0, ctx.stream()>>>((const char *) dst->data,
+            (const int32_t *) src1->data, (char *) ring->data, src1->nb[0]/sizeof(int32_t), dst->nb[1], ring->nb[1], ring->nb[2],
+            row_words, fd_kv, fd_R);
+    }
+    CUDA_CHECK(cudaGetLastError());
 }
 
 // llama's turbo key offset (patch 0008: SUB of one f32 row, then SET_ROWS) as one kernel: the difference is
@@ -927,11 +1057,12 @@ int ggml_cuda_turbo_supports_op(const ggml_tensor * op) {
                    (op->type == GGML_TYPE_F32 || op->type == GGML_TYPE_F16);
         case GGML_OP_SET_ROWS:
             if (!ggml_cuda_is_turbo_type(op->type)) {
-                return -1;
+                return ggml_cuda_turbo_set_rows_ring_ok(op) ? -1 : 0;   // (a ring: ggml_cuda_turbo_set_rows_ring copies)
             }
             return (op->src[0]->type == GGML_TYPE_F32 || op->src[0]->type == GGML_TYPE_F16) &&
                    op->src[0]->ne[0] % ggml_blck_size(op->type) == 0 &&
-                   (op->src[1]->type == GGML_TYPE_I64 || op->src[1]->type == GGML_TYPE_I32);
+                   (op->src[1]->type == GGML_TYPE_I64 || op->src[1]->type == GGML_TYPE_I32) &&
+                   ggml_cuda_turbo_set_rows_ring_ok(op);
         case GGML_OP_CPY:
             if (op->src[0]->type == op->src[1]->type ||
                 (!ggml_cuda_is_turbo_type(op->src[0]->type) && !ggml_cuda_is_turbo_type(op->src[1]->type))) {
@@ -939,6 +1070,10 @@ int ggml_cuda_turbo_supports_op(const ggml_tensor * op) {
             }
             return ggml_cuda_turbo_cpy_supported(op->src[0], op->src[1]);
         case GGML_OP_FLASH_ATTN_EXT:
+            // a ring (ggml_flash_attn_ext_set_ring) is the turbo kernels' only: refused where neither side is turbo
+            if (op->src[7] && !ggml_cuda_is_turbo_type(op->src[1]->type) && !ggml_cuda_is_turbo_type(op->src[2]->type)) {
+                return 0;
+            }
             return -1;   // fattn.cu's ggml_cuda_flash_attn_ext_supported asks fattn-turbo.cu
         default:
             break;

@@ -33,6 +33,11 @@ int ggml_cuda_turbo_supports_op(const ggml_tensor * op);
 
 // write path: SET_ROWS (src0 f32 or f16) into a turbo tensor (either block size); CPY f32/f16 -> turbo and turbo -> f32/f16
 void ggml_cuda_turbo_set_rows(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
+// the recent window of a SET_ROWS (ggml_set_rows_ring, src[4]): whether the kernels take it (true without one); for a
+// non-turbo destination the copy of the rows just stored into it, called after upstream's SET_ROWS (no-op without one;
+// a turbo write stores its ring rows, rotated and as q8_0, itself)
+bool ggml_cuda_turbo_set_rows_ring_ok(const ggml_tensor * dst);
+void ggml_cuda_turbo_set_rows_ring(ggml_backend_cuda_context & ctx, const ggml_tensor * dst);
 // SUB (one f32 row, broadcast) then SET_ROWS into a turbo tensor, as one kernel (llama's turbo key offset)
 bool ggml_cuda_turbo_set_rows_sub_fusable(const ggml_tensor * sub, const ggml_tensor * set_rows);
 void ggml_cuda_turbo_set_rows_sub(ggml_backend_cuda_context & ctx, const ggml_tensor * sub, ggml_tensor * set_rows);
@@ -67,6 +72,9 @@ bool ggml_cuda_turbo_fattn_pair_supported(const ggml_tensor * dst);
 int ggml_cuda_turbo_fattn_route(const ggml_tensor * dst);
 // whether the op has cell 0's exact rows for a turbo K or V (ggml_flash_attn_ext_set_cell0): the turbo kernels take them
 bool ggml_cuda_turbo_fattn_has_cell0(const ggml_tensor * dst);
+// whether it has the recent window's ring rows (ggml_flash_attn_ext_set_ring: src[7..9]): the turbo kernels take them
+bool ggml_cuda_turbo_fattn_has_ring(const ggml_tensor * dst);
+bool ggml_cuda_turbo_fattn_ring_ok(const ggml_tensor * dst);   // the ring's tensors as the kernels take them (true: none)
 void ggml_cuda_flash_attn_ext_turbo(ggml_backend_cuda_context & ctx, ggml_tensor * dst);
 // llama's ROPE of Q done by the decode attention kernel on load: the fusable check gives
 // how many nodes after the ROPE (node i) the attention node sits, or 0
@@ -81,7 +89,8 @@ void ggml_cuda_turbo64_fattn(ggml_backend_cuda_context & ctx, ggml_tensor * dst)
 bool ggml_cuda_turbo64_fattn_fused(const ggml_tensor * dst);
 // shared by the prefill and the 64-value attention (fattn-turbo-prefill.cu): cell 0's exact rows x (F32 [D, n_head_kv,
 // ne3]; NaN rows skipped) over row 0 of each head of a decoded f16 cache shaped like t, and t as a contiguous tensor
-void ggml_cuda_turbo_cell0_f16(cudaStream_t stream, const ggml_tensor * x, const ggml_tensor * t, half * out);
+// (rows: the rows of each head of out, t->ne[1] when 0 or less)
+void ggml_cuda_turbo_cell0_f16(cudaStream_t stream, const ggml_tensor * x, const ggml_tensor * t, half * out, int64_t rows = 0);
 ggml_tensor ggml_cuda_turbo_contiguous_like(const ggml_tensor * t, ggml_type type, void * data);
 // prefill (larger batches) with turbo K and/or V through upstream's f16 kernels in the rotated domain;
 // false when it does not apply (then the generic path converts the cache to f16)

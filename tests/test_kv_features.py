@@ -238,14 +238,9 @@ HEADER = ("Minutes of the town council of Millbrook, taken by the clerk, with a 
 # any shift when the server processes the body again behind a cached BOS (cache reuse off: " the low-cost,
 # low-cost design."), while the body sent with cache_prompt=false keeps it: on this model the 2-bit cache
 # holds this fact at the edge of its own noise, and one question cannot separate the shift from that.
-REQUANT_SHIFT = pytest.mark.xfail(strict=True, reason=(
-    "issue #8 (turbo2's own quality, not the shift): on Gemma 3 270M the reused turbo2 answer loses the design "
-    "the committee chose, and turbo2 also loses it unshifted when the body is reprocessed behind a cached BOS; "
-    "the shift itself keeps the likelihood (test_kshift_keeps_likelihood: turbo2 KLD vs f16 0.570 shifted, "
-    "0.570 unshifted at the same positions)"))
-REUSE_PAIRS = [("turbo3", "turbo3"),
-               pytest.param("turbo2", "turbo2", marks=REQUANT_SHIFT),
-               ("q8_0", "turbo3"), ("q8_0", "turbo2")]
+# Measured 2026-12-07: with the recent window (#51; the body's shifted cells read from their codes, the answer's
+# from the window) turbo2 answers " the glass tower.": the xfail of issue #8 is gone.
+REUSE_PAIRS = [("turbo3", "turbo3"), ("turbo2", "turbo2"), ("q8_0", "turbo3"), ("q8_0", "turbo2")]
 
 
 @pytest.mark.parametrize("ctk, ctv", REUSE_PAIRS)
@@ -297,7 +292,7 @@ def test_cache_reuse_shifts_a_kept_chunk(srv_exe, model_path, tmp_path, ctk, ctv
 # With other shift distances (S = 32/64/128, same windows) shifted/control KLD is 0.97..1.05 for turbo3 and
 # 1.00..1.11 for turbo2 (turbo2 at S=32: 0.598 vs 0.537, the largest); control/ref KLD spans 0.94..1.11. So
 # the shift's own extra loss is within the spread of the unshifted cache's own noise draws: a few % of the
-# type's own KLD against f16 (turbo3 0.14, turbo2 0.53 nats/token). turbo2's fact-question xfail above is
+# type's own KLD against f16 (turbo3 0.14, turbo2 0.53 nats/token). turbo2's fact-question xfail above was
 # its own noise (top-1 agreement with f16 only ~61%, shifted or not), not the shift.
 #
 # Bounds (deterministic here; the margins are for other CPUs' rounding and other draws):

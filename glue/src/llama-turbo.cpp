@@ -689,7 +689,8 @@ llama_turbo_window_scope::llama_turbo_window_scope(uint32_t n_ubatch) {
     if (const char * env = getenv("TURBO_WINDOW")) {
         window = (uint32_t) std::max(0, atoi(env));
     }
-    llama_turbo_window_scope_rows = window > 0 ? window + n_ubatch : 0;
+    // a larger ubatch would grow the window's bytes with it: beyond 512 its first queries find fewer cells exact
+    llama_turbo_window_scope_rows = window > 0 ? window + std::min(n_ubatch, 512u) : 0;
 }
 
 llama_turbo_window_scope::~llama_turbo_window_scope() {

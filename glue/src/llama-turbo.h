@@ -81,8 +81,8 @@ struct llama_turbo_attn_rows {
 void llama_turbo_attn_rows_set(ggml_tensor * fa, const ggml_tensor * k, const ggml_tensor * v, const llama_turbo_attn_rows * rows);
 
 // the recent window's rows per stream of the caches that a context creates (llama_kv_turbo::window_rows):
-// TURBO_WINDOW (default 64; 0: no window) + the context's n_ubatch, so that every query of a ubatch finds the
-// window's cells before it exact. Set around the context's create_memory (thread-local); 0 outside.
+// TURBO_WINDOW (default 64; 0: no window) + the context's n_ubatch (at most 512), so that every query of a ubatch
+// finds the window's cells before it exact. Set around the context's create_memory (thread-local); 0 outside.
 struct llama_turbo_window_scope {
     explicit llama_turbo_window_scope(uint32_t n_ubatch);
     ~llama_turbo_window_scope();

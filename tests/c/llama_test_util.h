@@ -42,8 +42,9 @@ static ggml_type type_by_name(const std::string & name) {
 // iSWA model writes its two caches one after the other), per cache:
 // u32 n_stream; per stream: u32 cell_count, then (when > 0) per cell i32 pos, u32 n_seq, i32 seq[n_seq];
 // u32 v_trans, u32 n_layer; per layer i32 k_type, u64 k_row_size, cell_count rows; then the values; then, where a
-// layer's K or V is turbo, the cell-0 section (llama_kv_cache::state_write_cell0): u32 has,
-// and where has = 1 each layer's exact cell-0 K row, then V row, as f32, for its turbo side(s). After the streams, turbo-llama's key data (llama_kv_cache::state_write_turbo_keys): u32 n; per layer i32 il and two
+// layer's K or V is turbo, the cell-0 section (llama_kv_turbo::state_write_rows): u32 has,
+// and where has = 1 each layer's exact cell-0 K row, then V row, as f32, for its turbo side(s); then the recent
+// window's section (u32 count, u64 entry bytes, entries of u32 place + rows). After the streams, turbo-llama's key data (llama_kv_cache::state_write_turbo_keys): u32 n; per layer i32 il and two
 // arrays (u32 count, count f32): skipped here, the keys are compared as stored.
 struct k_dump {
     std::vector<std::vector<float>> rows;  // per layer: n_cells x n_embd
@@ -136,6 +137,12 @@ static inline k_dump read_keys(llama_context * ctx, int n_cells) {
                     if (ggml_is_turbo(d.k_type[l0 + l])) r.take(d.n_embd[l0 + l] * sizeof(float));
                     if (turbo_v[l])                      r.take(ne_v[l] * sizeof(float));
                 }
+                // the recent window's rows (llama_kv_turbo::state_write_ring): u32 count, u64 bytes per entry,
+                // per entry u32 place + the rows: skipped
+                const uint32_t n_win = r.get<uint32_t>();
+                const uint64_t entry = r.get<uint64_t>();
+                if (n_win > n) die("sequence state: unexpected window section");
+                r.take((size_t) n_win * (sizeof(uint32_t) + entry));
             }
         }
         const uint32_t n_turbo = r.get<uint32_t>();
