@@ -9,6 +9,7 @@
 //      |out - ref| / |ref|), and for NAN_HEAD the same two for that head alone ("NANHEAD_EXACT0", "NANHEAD_DECODED0")
 #include "ggml.h"
 #include "ggml-cpu.h"
+#include "ggml_test_util.h"
 
 #include <cmath>
 #include <cstdio>
@@ -16,28 +17,6 @@
 #include <cstring>
 #include <random>
 #include <vector>
-
-static ggml_type type_named(const char * name) {
-    for (int t = 0; t < GGML_TYPE_COUNT; t++) {
-        const char * tn = ggml_type_name((ggml_type) t);
-        if (tn && strcmp(tn, name) == 0) {
-            return (ggml_type) t;
-        }
-    }
-    fprintf(stderr, "unknown type %s\n", name);
-    exit(2);
-}
-
-// one row of n values of a tensor row (any type with to_float) as floats
-static std::vector<float> row_f32(const ggml_tensor * t, const char * row, int64_t n) {
-    std::vector<float> out(n);
-    if (t->type == GGML_TYPE_F32) {
-        memcpy(out.data(), row, n*sizeof(float));
-    } else {
-        ggml_get_type_traits(t->type)->to_float(row, out.data(), n);
-    }
-    return out;
-}
 
 int main(int argc, char ** argv) {
     if (argc != 6) {
@@ -139,7 +118,7 @@ int main(int argc, char ** argv) {
                         const char * krow = (const char *) kc->data + (s*kv_size + c)*kc->nb[1] + hk*ggml_row_size(tk, D);
                         std::vector<float> kf = exact && ggml_is_turbo(tk) ? std::vector<float>((float *) kx->data + r*D*n_head_kv + hk*D,
                                                                                                   (float *) kx->data + r*D*n_head_kv + hk*D + D)
-                                                                           : row_f32(kc, krow, D);
+                                                                           : row_f32(tk, krow, D);
                         double d = 0;
                         for (int i = 0; i < D; ++i) { d += (double) qr[i]*kf[i]; }
                         sc[c] = d*scale;
@@ -151,7 +130,7 @@ int main(int argc, char ** argv) {
                         const char * vrow = (const char *) vc->data + (s*kv_size + c)*vc->nb[1] + hk*ggml_row_size(tv, D);
                         std::vector<float> vf = exact && ggml_is_turbo(tv) ? std::vector<float>((float *) vx->data + r*D*n_head_kv + hk*D,
                                                                                                   (float *) vx->data + r*D*n_head_kv + hk*D + D)
-                                                                           : row_f32(vc, vrow, D);
+                                                                           : row_f32(tv, vrow, D);
                         const double w = exp(sc[c] - mx);
                         sum += w;
                         for (int i = 0; i < D; ++i) { o[i] += w*vf[i]; }

@@ -9,6 +9,7 @@
 //   -> lines "ERR_EXACTW <max rel err>", "ERR_DECODED <max rel err>" (max over queries and heads of |out - ref|/|ref|)
 #include "ggml.h"
 #include "ggml-cpu.h"
+#include "ggml_test_util.h"
 
 #include <cmath>
 #include <cstdio>
@@ -16,27 +17,6 @@
 #include <cstring>
 #include <random>
 #include <vector>
-
-static ggml_type type_named(const char * name) {
-    for (int t = 0; t < GGML_TYPE_COUNT; t++) {
-        const char * tn = ggml_type_name((ggml_type) t);
-        if (tn && strcmp(tn, name) == 0) {
-            return (ggml_type) t;
-        }
-    }
-    fprintf(stderr, "unknown type %s\n", name);
-    exit(2);
-}
-
-static std::vector<float> row_f32(ggml_type type, const char * row, int64_t n) {
-    std::vector<float> out(n);
-    if (type == GGML_TYPE_F32) {
-        memcpy(out.data(), row, n*sizeof(float));
-    } else {
-        ggml_get_type_traits(type)->to_float(row, out.data(), n);
-    }
-    return out;
-}
 
 int main(int argc, char ** argv) {
     if (argc != 5) {
