@@ -150,6 +150,14 @@ static __device__ __forceinline__ void turbo_warp_store_rotated(float * y, const
 
 // ... stored as qk/32 q8_0 blocks at y (value lane + 32k is qs[lane] of block k): the ring's row (ggml_set_rows_ring),
 // the float operations of quantize_row_q8_0_ref (explicitly rounded: fast math)
+// a staged row of QK_TURBO values less the key offset (offb may be null), 4 per lane as the warp stores take them
+static __device__ __forceinline__ void turbo_warp_staged_values(const float * xr, const float * offb, const int lane, float v[4]) {
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+        v[k] = offb ? __fsub_rn(xr[lane + 32*k], offb[lane + 32*k]) : xr[lane + 32*k];
+    }
+}
+
 template <int qk>
 static __device__ __forceinline__ void turbo_warp_store_ring(block_q8_0 * y, const float v[qk/WARP_SIZE], const int lane) {
     float t[qk/WARP_SIZE];
@@ -351,12 +359,8 @@ static __global__ void k_turbo_set_rows_t2(const turbo_set_rows_job a, const tur
         const int src_lane = __ffs(want) - 1;
         float * c0b = (float *) __shfl_sync(0xffffffff, (unsigned long long) c0, src_lane);
         const float * offb = (const float *) __shfl_sync(0xffffffff, (unsigned long long) off, src_lane);
-        const float * xr = xs[w][src_lane >> 1];
         float v[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            v[k] = offb ? __fsub_rn(xr[lane + 32*k], offb[lane + 32*k]) : xr[lane + 32*k];
-        }
+        turbo_warp_staged_values(xs[w][src_lane >> 1], offb, lane, v);
         turbo_warp_store_rotated<QK_TURBO>(c0b, v, lane);
     }
     // the ring's rows (ggml_set_rows_ring: every block of a job with a ring): likewise, a block at a time by the warp
@@ -364,12 +368,8 @@ static __global__ void k_turbo_set_rows_t2(const turbo_set_rows_job a, const tur
         const int src_lane = __ffs(want) - 1;
         block_q8_0 * rbb = (block_q8_0 *) __shfl_sync(0xffffffff, (unsigned long long) rb, src_lane);
         const float * offb = (const float *) __shfl_sync(0xffffffff, (unsigned long long) off, src_lane);
-        const float * xr = xs[w][src_lane >> 1];
         float v[4];
-#pragma unroll
-        for (int k = 0; k < 4; ++k) {
-            v[k] = offb ? __fsub_rn(xr[lane + 32*k], offb[lane + 32*k]) : xr[lane + 32*k];
-        }
+        turbo_warp_staged_values(xs[w][src_lane >> 1], offb, lane, v);
         turbo_warp_store_ring<QK_TURBO>(rbb, v, lane);
     }
     // most warps hold blocks of one job; one may straddle the two, and then runs both encodes
