@@ -400,16 +400,18 @@ void llama_kv_turbo::copy_stream(int32_t ikv, uint32_t ssrc, uint32_t sdst) cons
 }
 
 void llama_kv_turbo::cell0_forget_shifted(const llama_kv_cache & kv) const {
-    // the shift graph turns the exact cell-0 rows with their cells, except with MLA's split heads (not built there):
-    // a cell 0 that moved is decoded from then on
-    for (uint32_t s = 0; kv.hparams.n_lora_kv > 0 && s < kv.n_stream; ++s) {
+    // the shift graph turns the exact cell-0 rows and the window's K rows with their cells, except with MLA's split
+    // heads (not built there): a cell 0 that moved is decoded from then on, a window row that moved is dropped; and a
+    // row whose cell the shift emptied (a position below 0) holds no cell any more
+    const bool turned = kv.hparams.n_lora_kv == 0;
+    for (uint32_t s = 0; !turned && s < kv.n_stream; ++s) {
         if (!kv.v_cells[s].is_empty(0) && kv.v_cells[s].get_shift(0) != 0) {
             cell0_forget(true, false, s);
         }
     }
     for (uint32_t s = 0; s < (uint32_t) ring_cell.size(); ++s) {
         for (int32_t & c : ring_cell[s]) {
-            if (c >= 0 && (kv.v_cells[s].is_empty(c) || kv.v_cells[s].get_shift(c) != 0)) {
+            if (c >= 0 && (kv.v_cells[s].is_empty(c) || (!turned && kv.v_cells[s].get_shift(c) != 0))) {
                 c = -1;
             }
         }
@@ -487,58 +489,121 @@ static void llama_kv_turbo_rotation_matrices(ggml_tensor * fwd, ggml_tensor * in
     ggml_backend_tensor_set(inv, r.data(), 0, ggml_nbytes(inv));
 }
 
-// the turbo rotation of one block as matrices, to turn the exact cell-0 rows back to stored keys and forward again
-// around their RoPE: F32 [qk, qk], y = mul_mat(k0_fwd, x), x = mul_mat(k0_inv, y)
-class llm_graph_input_turbo_k0_shift : public llm_graph_input_i {
+// the shift graph's own inputs: the turbo rotation of one block as matrices, to turn the exact cell-0 rows and a
+// turbo K's window rows back to stored keys and forward again around their RoPE (F32 [qk, qk], y = mul_mat(fwd, x),
+// x = mul_mat(inv, y)), and the shift of the cell each window row holds (I32 [n_ring*n_stream], 0 for none)
+class llm_graph_input_turbo_shift : public llm_graph_input_i {
 public:
     void set_input(const llama_ubatch * ubatch) override {
         GGML_UNUSED(ubatch);
         if (k0_fwd && k0_fwd->buffer) {
             llama_kv_turbo_rotation_matrices(k0_fwd, k0_inv);
         }
+        if (ring_shift && ring_shift->buffer) {
+            turbo->set_input_ring_shift(*kv, ring_shift);
+        }
     }
 
-    ggml_tensor * k0_fwd = nullptr;
-    ggml_tensor * k0_inv = nullptr;
+    ggml_tensor * k0_fwd     = nullptr;
+    ggml_tensor * k0_inv     = nullptr;
+    ggml_tensor * ring_shift = nullptr;
+
+    const llama_kv_cache * kv    = nullptr;
+    const llama_kv_turbo * turbo = nullptr;
 };
 
-llm_graph_input_turbo_k0_shift * llama_kv_turbo::build_shift_input(const llama_kv_cache & kv, llm_graph_result * res,
-                                                                   ggml_context * ctx) const {
-    const bool k0_shift = !layers.empty() && layers[0].k0 && kv.hparams.n_lora_kv == 0;
-    if (!k0_shift) {
-        return nullptr;
+void llama_kv_turbo::set_input_ring_shift(const llama_kv_cache & kv, ggml_tensor * dst) const {
+    GGML_ASSERT(ggml_backend_buffer_is_host(dst->buffer) && ggml_nelements(dst) == (int64_t) (n_ring*ring_cell.size()));
+    int32_t * data = (int32_t *) dst->data;
+    for (uint32_t s = 0; s < (uint32_t) ring_cell.size(); ++s) {
+        for (uint32_t r = 0; r < n_ring; ++r) {
+            const int32_t c = ring_cell[s][r];
+            data[s*n_ring + r] = c >= 0 && !kv.v_cells[s].is_empty(c) ? kv.v_cells[s].get_shift(c) : 0;
+        }
     }
-    auto inp = std::make_unique<llm_graph_input_turbo_k0_shift>();
-    const int64_t qk = ggml_blck_size(kv.layers[0].k->type);   // a turbo block: 128 or 64 values
-    inp->k0_fwd = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, qk, qk);
-    inp->k0_inv = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, qk, qk);
-    ggml_set_input(inp->k0_fwd);
-    ggml_set_input(inp->k0_inv);
-    return static_cast<llm_graph_input_turbo_k0_shift *>(res->add_input(std::move(inp)));
 }
 
-void llama_kv_turbo::build_shift_cell0(const llama_kv_cache & kv, const llama_cparams & cparams, ggml_context * ctx,
-                                       ggml_cgraph * gf, const llm_graph_input_turbo_k0_shift * inp,
-                                       ggml_tensor * k_shift, ggml_tensor * rope_factors, float freq_base,
-                                       float freq_scale, uint32_t il) const {
-    const int32_t ikv = kv.map_layer_ids.at(il);
-    ggml_tensor * k0 = layers[ikv].k0;
-    if (!inp || !k0) {
+llm_graph_input_turbo_shift * llama_kv_turbo::build_shift_input(const llama_kv_cache & kv, llm_graph_result * res,
+                                                                ggml_context * ctx) const {
+    // (not with MLA's split heads: cell0_forget_shifted drops what moved)
+    bool turbo_k_rows = false;
+    bool ring         = false;
+    for (const layer & l : layers) {
+        turbo_k_rows = turbo_k_rows || l.k0 || (l.kr && l.kr->type != kv.layers[&l - layers.data()].k->type);
+        ring         = ring || l.kr;
+    }
+    if (kv.hparams.n_lora_kv > 0 || !(turbo_k_rows || ring)) {
+        return nullptr;
+    }
+    auto inp = std::make_unique<llm_graph_input_turbo_shift>();
+    inp->kv    = &kv;
+    inp->turbo = this;
+    if (turbo_k_rows) {
+        const int64_t qk = ggml_blck_size(kv.layers[0].k->type);   // a turbo block: 128 or 64 values
+        inp->k0_fwd = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, qk, qk);
+        inp->k0_inv = ggml_new_tensor_2d(ctx, GGML_TYPE_F32, qk, qk);
+        ggml_set_input(inp->k0_fwd);
+        ggml_set_input(inp->k0_inv);
+    }
+    if (ring) {
+        inp->ring_shift = ggml_new_tensor_1d(ctx, GGML_TYPE_I32, (int64_t) n_ring*kv.n_stream);
+        ggml_set_input(inp->ring_shift);
+    }
+    return static_cast<llm_graph_input_turbo_shift *>(res->add_input(std::move(inp)));
+}
+
+// rows x (F32, stored keys of a turbo K in the decoder's rotated domain, [n_embd_k_gqa, ...]) turned by pos (one per
+// row): back to stored keys, RoPE by build_rope_shift's rule for stored keys (the key offset), forward again
+ggml_tensor * llama_kv_turbo::shift_rotated(const llama_kv_cache & kv, const llama_cparams & cparams, ggml_context * ctx,
+                                            const llm_graph_input_turbo_shift * inp, ggml_tensor * x, ggml_tensor * pos,
+                                            ggml_tensor * rope_factors, float freq_base, float freq_scale, uint32_t il,
+                                            int64_t n_head_kv) const {
+    const int64_t qk = inp->k0_fwd->ne[0];
+    const int64_t n_embd_head_k = x->ne[0]/n_head_kv;   // the stored row (padded heads)
+    GGML_ASSERT(n_embd_head_k % qk == 0);
+    x = ggml_mul_mat(ctx, inp->k0_inv, ggml_reshape_2d(ctx, x, qk, ggml_nelements(x)/qk));
+    x = ggml_reshape_3d(ctx, x, n_embd_head_k, n_head_kv, ggml_nelements(pos));
+    x = kv.build_rope_shift(cparams, ctx, x, pos, nullptr, rope_factors, freq_base, freq_scale, il, true);
+    return ggml_mul_mat(ctx, inp->k0_fwd, ggml_reshape_2d(ctx, x, qk, ggml_nelements(x)/qk));
+}
+
+void llama_kv_turbo::build_shift_rows(const llama_kv_cache & kv, const llama_cparams & cparams, ggml_context * ctx,
+                                      ggml_cgraph * gf, const llm_graph_input_turbo_shift * inp,
+                                      ggml_tensor * k_shift, ggml_tensor * k_rot, ggml_tensor * rope_factors,
+                                      float freq_base, float freq_scale, uint32_t il) const {
+    if (!inp) {
         return;
     }
-    const int64_t n_head_kv     = kv.hparams.n_head_kv(il);
-    const int64_t n_embd_head_k = kv.layers[ikv].k->ne[0]/n_head_kv; // the stored row (padded heads)
-    const uint32_t n_stream     = kv.n_stream;
+    const int32_t ikv = kv.map_layer_ids.at(il);
+    const int64_t n_head_kv = kv.hparams.n_head_kv(il);
 
-    // cell 0's exact row of each stream: back to stored keys, the same RoPE by cell 0's shift, forward again (an
-    // empty cell 0 shifts by 0)
-    const int64_t qk = inp->k0_fwd->ne[0];
-    ggml_tensor * x = ggml_mul_mat(ctx, inp->k0_inv, ggml_reshape_2d(ctx, k0, qk, ggml_nelements(k0)/qk));
-    x = ggml_reshape_3d(ctx, x, n_embd_head_k, n_head_kv, n_stream);
-    ggml_tensor * pos = ggml_cont(ctx, ggml_view_2d(ctx, k_shift, 1, n_stream, kv.get_size()*sizeof(int32_t), 0));
-    x = kv.build_rope_shift(cparams, ctx, x, ggml_reshape_1d(ctx, pos, n_stream), nullptr, rope_factors, freq_base, freq_scale, il, true);
-    x = ggml_mul_mat(ctx, inp->k0_fwd, ggml_reshape_2d(ctx, x, qk, ggml_nelements(x)/qk));
-    ggml_build_forward_expand(gf, ggml_cpy(ctx, x, k0));
+    // cell 0's exact row of each stream, by cell 0's shift (an empty cell 0 shifts by 0)
+    ggml_tensor * k0 = layers[ikv].k0;
+    if (k0) {
+        ggml_tensor * pos = ggml_cont(ctx, ggml_view_2d(ctx, k_shift, 1, kv.n_stream, kv.get_size()*sizeof(int32_t), 0));
+        pos = ggml_reshape_1d(ctx, pos, kv.n_stream);
+        ggml_tensor * x = shift_rotated(kv, cparams, ctx, inp, k0, pos, rope_factors, freq_base, freq_scale, il, n_head_kv);
+        ggml_build_forward_expand(gf, ggml_cpy(ctx, x, k0));
+    }
+
+    // the window's K rows, each by the shift of the cell it holds: a turbo K's (q8_0, rotated) as cell 0's, another
+    // K's as the cache's own cells (build_graph_shift's view and rule)
+    ggml_tensor * kr = layers[ikv].kr;
+    if (kr && inp->ring_shift) {
+        const int64_t n_rows = kr->ne[1]*kr->ne[2];
+        if (kr->type != kv.layers[ikv].k->type) {
+            GGML_ASSERT(inp->k0_fwd);
+            ggml_tensor * x = shift_rotated(kv, cparams, ctx, inp, ggml_cast(ctx, kr, GGML_TYPE_F32),
+                                                           inp->ring_shift, rope_factors, freq_base, freq_scale, il, n_head_kv);
+            ggml_build_forward_expand(gf, ggml_cpy(ctx, x, kr));
+        } else {
+            const int64_t n_embd_head_k = kr->ne[0]/n_head_kv;
+            ggml_tensor * k = ggml_view_3d(ctx, kr, kv.hparams.n_rot(il), n_head_kv, n_rows,
+                                           ggml_row_size(kr->type, n_embd_head_k), ggml_row_size(kr->type, kr->ne[0]), 0);
+            ggml_build_forward_expand(gf, kv.build_rope_shift(cparams, ctx, k, inp->ring_shift, k_rot, rope_factors,
+                                                              freq_base, freq_scale, il));
+        }
+    }
 }
 
 //

@@ -21,7 +21,7 @@ class  llama_kv_cache;
 class  llama_io_write_i;
 class  llama_io_read_i;
 class  llm_graph_result;
-class  llm_graph_input_turbo_k0_shift;
+class  llm_graph_input_turbo_shift;
 struct llama_ubatch;
 
 // the values a cache row stores per head. A 128-value turbo type stores a head of 65..127 values (head_dim 80, 96)
@@ -77,7 +77,8 @@ struct llama_kv_turbo {
 
     // the window's rows per stream (0: no window) and, per stream and row, the cell whose row it holds (-1: none).
     // The host keeps it from the cells each ubatch writes (the same rule as the SET_ROWS); it moves those cells' mask
-    // to the window's mask. Every write of cell data other than SET_ROWS (a state read, a K-shift) drops the cells.
+    // to the window's mask. A state read brings the rows of the cells it reads (or drops those cells), a K-shift
+    // turns the K rows with their cells (cell0_forget_shifted drops what it cannot turn).
     uint32_t n_ring = 0;
     mutable std::vector<std::vector<int32_t>> ring_cell;
 
@@ -117,8 +118,8 @@ struct llama_kv_turbo {
 
     // mark the cell-0 rows of stream s (all streams: -1) as not known exactly (NaN)
     void cell0_forget(bool k, bool v, int32_t s = -1) const;
-    // after a K-shift: the rows that the shift graph could not turn (MLA's split heads), and the window's rows of
-    // every cell that moved (the window is not turned: its cells are read from their codes until written again)
+    // after a K-shift: the rows that the shift graph could not turn (MLA's split heads) and the window rows whose
+    // cells the shift removed
     void cell0_forget_shifted(const llama_kv_cache & kv) const;
 
     // cpy_k: the key offset, then a padded head's zeros (the offset acts on the real values)
@@ -135,13 +136,17 @@ struct llama_kv_turbo {
     // (a view of n_rot head values, or all of a padded head) to add before RoPE and take off after; null if none
     ggml_tensor * rope_k_off(ggml_context * ctx, const ggml_tensor * tmp, int32_t ikv, uint32_t n_lora_kv) const;
 
-    // K-shift: the exact cell-0 rows turn with their cell. build_shift_input: the turbo block rotation as inputs of
-    // the shift graph (null where there is nothing to turn); build_shift_cell0: layer il's rows, by cell 0's shift
-    llm_graph_input_turbo_k0_shift * build_shift_input(const llama_kv_cache & kv, llm_graph_result * res,
-                                                       ggml_context * ctx) const;
-    void build_shift_cell0(const llama_kv_cache & kv, const llama_cparams & cparams, ggml_context * ctx,
-                           ggml_cgraph * gf, const llm_graph_input_turbo_k0_shift * inp, ggml_tensor * k_shift,
-                           ggml_tensor * rope_factors, float freq_base, float freq_scale, uint32_t il) const;
+    // K-shift: the exact cell-0 rows and the window's K rows turn with their cells. build_shift_input: the inputs of
+    // the shift graph (the turbo block rotation, the window rows' shifts; null where there is nothing to turn);
+    // build_shift_rows: layer il's rows (k_shift, k_rot: the shift graph's own inputs)
+    llm_graph_input_turbo_shift * build_shift_input(const llama_kv_cache & kv, llm_graph_result * res,
+                                                    ggml_context * ctx) const;
+    void build_shift_rows(const llama_kv_cache & kv, const llama_cparams & cparams, ggml_context * ctx,
+                          ggml_cgraph * gf, const llm_graph_input_turbo_shift * inp, ggml_tensor * k_shift,
+                          ggml_tensor * k_rot, ggml_tensor * rope_factors, float freq_base, float freq_scale,
+                          uint32_t il) const;
+    // the shift of the cell each window row holds, per stream and row (I32 [n_ring*n_stream]; 0 for none)
+    void set_input_ring_shift(const llama_kv_cache & kv, ggml_tensor * dst) const;
 
     // state files: the cell-0 rows and the window's rows of a stream travel with its cells (ranges: the stream's
     // cell ranges written; idxs: the cells the read put them in)
@@ -156,6 +161,11 @@ struct llama_kv_turbo {
     void state_read_keys(llama_kv_cache & kv, llama_io_read_i & io, llama_seq_id seq_id);
 
 private:
+    // build_shift_rows: rows x (F32, a turbo K's stored keys in the decoder's rotated domain) turned by pos, one each
+    ggml_tensor * shift_rotated(const llama_kv_cache & kv, const llama_cparams & cparams, ggml_context * ctx,
+                                const llm_graph_input_turbo_shift * inp, ggml_tensor * x, ggml_tensor * pos,
+                                ggml_tensor * rope_factors, float freq_base, float freq_scale, uint32_t il,
+                                int64_t n_head_kv) const;
     void state_read_turbo_keys(llama_kv_cache & kv, llama_io_read_i & io, llama_seq_id seq_id);
     void state_write_ring(llama_io_write_i & io, uint32_t strm, const std::vector<std::pair<uint32_t, uint32_t>> & ranges) const;
     bool state_read_ring(llama_io_read_i & io, uint32_t strm, uint32_t cell_count, const std::vector<uint32_t> & idxs) const;
