@@ -525,13 +525,10 @@ void llama_kv_turbo::set_input_ring_shift(const llama_kv_cache & kv, ggml_tensor
 
 llm_graph_input_turbo_shift * llama_kv_turbo::build_shift_input(const llama_kv_cache & kv, llm_graph_result * res,
                                                                 ggml_context * ctx) const {
-    // (not with MLA's split heads: cell0_forget_shifted drops what moved)
-    bool turbo_k_rows = false;
-    bool ring         = false;
-    for (const layer & l : layers) {
-        turbo_k_rows = turbo_k_rows || l.k0 || (l.kr && l.kr->type != kv.layers[&l - layers.data()].k->type);
-        ring         = ring || l.kr;
-    }
+    // (not with MLA's split heads: cell0_forget_shifted drops what moved). A turbo K's cell-0 and window rows sit in
+    // the rotated domain: they need the rotation's matrices
+    const bool turbo_k_rows = !layers.empty() && ggml_is_turbo(kv.layers[0].k->type) && (layers[0].k0 || layers[0].kr);
+    const bool ring         = n_ring > 0;
     if (kv.hparams.n_lora_kv > 0 || !(turbo_k_rows || ring)) {
         return nullptr;
     }
@@ -591,7 +588,7 @@ void llama_kv_turbo::build_shift_rows(const llama_kv_cache & kv, const llama_cpa
     ggml_tensor * kr = layers[ikv].kr;
     if (kr && inp->ring_shift) {
         const int64_t n_rows = kr->ne[1]*kr->ne[2];
-        if (kr->type != kv.layers[ikv].k->type) {
+        if (ggml_is_turbo(kv.layers[ikv].k->type)) {
             GGML_ASSERT(inp->k0_fwd);
             ggml_tensor * x = shift_rotated(kv, cparams, ctx, inp, ggml_cast(ctx, kr, GGML_TYPE_F32),
                                                            inp->ring_shift, rope_factors, freq_base, freq_scale, il, n_head_kv);
