@@ -53,6 +53,19 @@ def test_parse_kv_cache_synthetic_single_cache():
     assert kv["kv_mib"] == 256 and kv["k_mib"] == 128
     assert kv["bytes_per_token_per_layer"] == pytest.approx(256 * 2**20 / (2048 * 32))
     assert parse_kv_cache("nothing here") is None
+    assert kv["caches"][0]["window"] is None
+
+
+def test_parse_kv_cache_finds_each_caches_window():
+    """The window line a cache's constructor prints before its size line belongs to that cache (iSWA: two caches)."""
+    size = ("llama_kv_cache: size =  {} MiB (  {} cells,  {} layers,  1/1 seqs), "
+            "K ({}):  1.00 MiB, V (turbo3):  1.00 MiB\n")
+    window = "llama_kv_cache: turbo window: the last {} cells of each stream also kept as K {}, V q8_0 rows (TURBO_WINDOW=0: none)\n"
+    log = (window.format(576, "q8_0") + size.format("2.00", 2048, 3, "turbo3")
+           + size.format("2.00", 1024, 15, "f16") + window.format(512, "q8_0") + size.format("2.00", 512, 2, "q8_0"))
+    kv = parse_kv_cache(log)
+    assert [c["window"] for c in kv["caches"]] == [dict(rows=576, type_k="q8_0", type_v="q8_0"), None,
+                                                  dict(rows=512, type_k="q8_0", type_v="q8_0")]
 
 
 def test_unsupported_cache_type_messages():

@@ -45,8 +45,8 @@ def step(exe, model, cache: str, fuse: bool | None):
 
 
 def rope_q_to_attention(nodes):
-    """for each attention node: the ops between the ROPE of its layer's Qcur and it, and whether that layer's
-    cache writes (SET_ROWS) come before that ROPE"""
+    """for each attention node: the ops between the ROPE of its layer's Qcur and it, whether that layer's cache
+    writes (SET_ROWS) come before that ROPE, and the names of the tensors those ops view"""
     out = []
     for i, (op, desc) in enumerate(nodes):
         if op != "FLASH_ATTN_EXT":
@@ -54,7 +54,8 @@ def rope_q_to_attention(nodes):
         layer = re.search(r"Qcur-(\d+)", desc).group(1)
         r = next(j for j in range(i - 1, -1, -1) if nodes[j][0] == "ROPE" and nodes[j][1].startswith(f"Qcur-{layer} "))
         writes = [j for j in range(i) if nodes[j][0] == "SET_ROWS" and f"_l{layer} " in nodes[j][1]]
-        out.append(([nodes[j][0] for j in range(r + 1, i)], len(writes) == 2 and max(writes) < r))
+        out.append(([nodes[j][0] for j in range(r + 1, i)], len(writes) == 2 and max(writes) < r,
+                    [nodes[j][1].split(" ", 1)[0] for j in range(r + 1, i)]))
     return out
 
 
@@ -65,11 +66,13 @@ def test_rope_of_q_sits_next_to_the_attention(graph_order, tiny_model, cache):
     assert step(graph_order, tiny_model, cache, fuse=None) == (fused, logits_fused)   # on by default
     layers = rope_q_to_attention(fused)
     assert len(layers) == 2, fused   # the tiny shape has 2 layers
-    for between, writes_first in layers:
-        assert between and set(between) <= VIEWS and len(between) <= 8, between
+    for layer, (between, writes_first, viewed) in enumerate(layers):
+        assert between and set(between) <= VIEWS, between
+        # views of q and of the layer's cache tensors only: K, V, the cell-0 rows and the recent window's rows
+        assert set(viewed) == {f"Qcur-{layer}"} | {f"cache_{t}_l{layer}" for t in ("k", "v", "k0", "v0", "kr", "vr")}, viewed
         assert writes_first
     # switched off: upstream's order (q, then v and k, then their writes, then the attention)
-    assert all(not writes_first and not set(between) <= VIEWS for between, writes_first in rope_q_to_attention(plain))
+    assert all(not writes_first and not set(between) <= VIEWS for between, writes_first, _ in rope_q_to_attention(plain))
     assert sorted(op for op, _ in plain) == sorted(op for op, _ in fused)   # the same operations, another order
     assert logits_fused == logits_plain          # to the last printed digit
 

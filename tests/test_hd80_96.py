@@ -98,12 +98,14 @@ MIXED = {80: [("f16", "turbo3"), ("turbo3", "f16")],     # q8_0 is refused at he
 
 @pytest.mark.slow
 @pytest.mark.parametrize("hd", [80, 96])
-def test_perplexity_kld_on_padded_heads(llama_tool, hd_model, words_text, tmp_path, hd):
+def test_perplexity_kld_on_padded_heads(llama_tool, hd_model, words_text, tmp_path, hd, monkeypatch):
     """Every turbo type and the mixed pairs run; each turbo side logs its padding; KLD against the f16 cache is
     finite, positive and grows with the codebooks' distortion (turbo4 < turbo3 < turbo2, by about their MSE ratios);
     a pair with one turbo side sits below turbo2/turbo2, and turbo K alone below turbo3/turbo3. The turbo K probe
     runs on these models (its token buffer takes what their byte-level vocabulary needs: more tokens than characters),
-    so the key offsets are subtracted before the padding."""
+    so the key offsets are subtracted before the padding. Without the recent window: at 512 tokens its 576 rows
+    hold every cell, and every type would give q8_0's logits."""
+    monkeypatch.setenv("TURBO_WINDOW", "0")
     tool = llama_tool("llama-perplexity")
     model, base = hd_model(hd), tmp_path / "base.kld"
     f16, _ = perplexity(tool, model, words_text, "f16", "f16", base, tmp_path)
@@ -148,12 +150,16 @@ TYPE_SIZE = {"turbo4": 66, "turbo3": 50, "turbo2": 34}
 @pytest.mark.parametrize("ctk,ctv", [("turbo3", "turbo3"), ("turbo2", "turbo4"), ("f16", "turbo3")])
 def test_cache_bytes_are_the_padded_heads(llama_tool, hd_model, tmp_path, hd, ctk, ctv):
     """llama's cache size is the true one: a turbo head costs what an hd-128 head does (one block), an f16 head its
-    real hd values; the log names the factor and the bits per real value (bits x 128/hd)."""
+    real hd values; the log names the factor and the bits per real value (bits x 128/hd). The recent window's rows
+    count too: a turbo side's q8_0 of the stored (padded) head, an f16 side's own rows."""
     rc, out = completion(llama_tool, hd_model(hd), ctk, ctv, tmp_path / "c.log")
     assert rc == 0, out[-3000:]
     kv = parse_perplexity(out)["kv"]
     s = shape(hd)
     slots = s.n_layer * 16384 * s.n_head_kv            # cells x layers x KV heads
+    ring = lambda t: "q8_0" if t in TYPE_SIZE else t   # noqa: E731
+    window = kv["caches"][0]["window"]
+    assert window == dict(rows=64 + 512, type_k=ring(ctk), type_v=ring(ctv)), kv   # 64 + n_ubatch rows
 
     def mib(t, side):
         per_head = TYPE_SIZE[t] if t in TYPE_SIZE else 2 * hd
@@ -162,6 +168,8 @@ def test_cache_bytes_are_the_padded_heads(llama_tool, hd_model, tmp_path, hd, ct
         extra = 0
         if t in TYPE_SIZE:
             extra = 4 * s.n_layer * (s.n_head_kv * hd + 2 * hd + s.n_head_kv * 128 if side == "K" else s.n_head_kv * 128)
+        ring_head = 128 * 34 // 32 if t in TYPE_SIZE else 2 * hd
+        extra += s.n_layer * window["rows"] * s.n_head_kv * ring_head
         return (slots * per_head + extra) / 2**20
     assert kv["k_mib"] == pytest.approx(mib(ctk, "K"), abs=0.006), kv
     assert kv["v_mib"] == pytest.approx(mib(ctv, "V"), abs=0.006), kv

@@ -182,11 +182,19 @@ def test_greedy_text_matches_llama_completion_token_for_token(generations, compl
 def side_mib(log: str) -> dict:
     """The side tensors of a turbo cache that its size line counts (the KV-cache patch), one stream: per layer, a turbo
     K keeps its key offset (n_embd_k_gqa f32), the scaled q/k gains (2 n_embd_head_k) and cell 0's exact K row
-    (n_embd_k_gqa), a turbo V cell 0's exact V row (n_embd_v_gqa). The model's sizes from llama's print_info."""
+    (n_embd_k_gqa), a turbo V cell 0's exact V row (n_embd_v_gqa); and the recent window's rows. The model's sizes
+    from llama's print_info."""
     n = {k: int(re.search(rf"print_info: {k} += (\d+)\n", log).group(1))
          for k in ("n_layer", "n_embd_head_k", "n_embd_k_gqa", "n_embd_v_gqa")}
     k = n["n_layer"] * 4 * (2 * n["n_embd_k_gqa"] + 2 * n["n_embd_head_k"])
     v = n["n_layer"] * 4 * n["n_embd_v_gqa"]
+    # and the recent window: its rows of each cache's layers, q8_0 (34 bytes per 32 values) for a turbo side; the
+    # default window is 64 + n_ubatch (512) rows, at most the cache's cells
+    for c in parse_kv_cache(log)["caches"]:
+        w = c["window"]
+        assert w == dict(rows=min(576, c["cells"]), type_k="q8_0", type_v="q8_0"), c
+        k += c["layers"] * w["rows"] * n["n_embd_k_gqa"] * 34 // 32
+        v += c["layers"] * w["rows"] * n["n_embd_v_gqa"] * 34 // 32
     return {"k_mib": k / 2**20, "v_mib": v / 2**20, "kv_mib": (k + v) / 2**20}
 
 

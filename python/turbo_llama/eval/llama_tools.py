@@ -65,6 +65,8 @@ _KV_LINE = re.compile(
     r" K \((\w+)\):\s*" + _NUM + r" MiB, V \((\w+)\):\s*" + _NUM + r" MiB")
 
 _TURBO_K_LINE = re.compile(r"turbo K: ([^\n]*)")
+# the KV-cache patch's recent window, printed by a cache's constructor before its size line
+_WINDOW_LINE = re.compile(r"turbo window: the last (\d+) cells of each stream also kept as K (\w+), V (\w+) rows")
 
 
 def parse_kv_cache(output: str) -> dict | None:
@@ -73,12 +75,16 @@ def parse_kv_cache(output: str) -> dict | None:
     Returns total MiB (as allocated for this context), K/V MiB, per-cache details, bytes per
     token per layer and bytes per token over all layers.
     """
-    caches = []
+    caches, start = [], 0
     for m in _KV_LINE.finditer(output):
+        w = list(_WINDOW_LINE.finditer(output, start, m.start()))   # this cache's window, if it has one
+        start = m.end()
         caches.append(dict(mib=float(m.group(1)), cells=int(m.group(2)), layers=int(m.group(3)),
                            n_seq=int(m.group(4)), n_stream=int(m.group(5)),
                            type_k=m.group(6), k_mib=float(m.group(7)), type_v=m.group(8),
-                           v_mib=float(m.group(9))))
+                           v_mib=float(m.group(9)),
+                           window=dict(rows=int(w[-1].group(1)), type_k=w[-1].group(2), type_v=w[-1].group(3))
+                           if w else None))
     if not caches:
         return None
     # the context patch logs how a turbo K is stored ("turbo K: q/k norm gains rescaled ...")
