@@ -29,6 +29,16 @@ ROOT = Path(__file__).resolve().parents[1]
 THREADS = 2
 SEED = 1234
 
+def window_type(t: str) -> str:
+    """the type of the recent window's rows of a cache side: q8_0 for a turbo side, the side's own otherwise"""
+    return "q8_0" if t.startswith("turbo") else t
+
+
+def default_window_rows(n_ctx_seq: int, cells: int, n_ubatch: int = 512) -> int:
+    """The recent window's rows per stream of a cache of `cells` cells with TURBO_WINDOW unset (docs/window.md):
+    64 + n_ubatch (at most 512), at most half of a sequence's context (in whole 32s) and at most the cells."""
+    return min(64 + min(n_ubatch, 512), n_ctx_seq // 2 // 32 * 32, cells)
+
 # $TURBO_LLAMA_NGL (tests/conftest.py): unset/0 = CPU, the arguments below exactly as always;
 # N > 0 = GPU run (ci/gpu-kv.sh): every tool also gets -ngl N (the thread arguments stay: harmless)
 NGL = int(os.environ.get("TURBO_LLAMA_NGL") or 0)

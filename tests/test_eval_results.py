@@ -65,11 +65,11 @@ def test_kv_bytes_follow_the_logged_types(eval_results):
                 side_mib = 0.0
                 if c[f"type_{side}"].startswith("turbo"):
                     side_mib = 4 * c["layers"] * (4 if side == "k" else 1) * n_embd / 2**20
-                # a cache with a turbo side keeps the recent window on both sides (docs/window.md): 64 + 512 rows
-                # (at most its cells), q8_0 for a turbo side, the side's own type otherwise
+                # a cache with a turbo side keeps the recent window on both sides (docs/window.md): the rows its
+                # log line names, q8_0 for a turbo side, the side's own type otherwise
                 if c["type_k"].startswith("turbo") or c["type_v"].startswith("turbo"):
                     ring_bits = 8.5 if c[f"type_{side}"].startswith("turbo") else BITS_PER_VALUE[c[f"type_{side}"]]
-                    side_mib += c["layers"] * min(576, c["cells"]) * n_embd * ring_bits / 8 / 2**20
+                    side_mib += c["layers"] * c["window"]["rows"] * n_embd * ring_bits / 8 / 2**20
                 got = c[f"{side}_mib"]
                 assert want - max(0.01 * want, 0.01) <= got <= want + side_mib + max(0.01 * want, 0.01), (t, side, c)
         # (the type's own bits where they agree within the lines' rounding: MiB to 2 decimals)

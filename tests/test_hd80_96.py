@@ -15,7 +15,7 @@ import pytest
 
 import turbo_llama as tl
 from turbo_llama.eval.llama_tools import parse_perplexity
-from _kv_helpers import complete, first_divergence, request, server, tail
+from _kv_helpers import complete, default_window_rows, first_divergence, request, server, tail, window_type
 
 TYPES = ("turbo4", "turbo3", "turbo2")
 # the d=128 codebooks' relative MSE (tests/test_format.py: Lloyd-Max for the coordinate law at d=128)
@@ -157,9 +157,9 @@ def test_cache_bytes_are_the_padded_heads(llama_tool, hd_model, tmp_path, hd, ct
     kv = parse_perplexity(out)["kv"]
     s = shape(hd)
     slots = s.n_layer * 16384 * s.n_head_kv            # cells x layers x KV heads
-    ring = lambda t: "q8_0" if t in TYPE_SIZE else t   # noqa: E731
     window = kv["caches"][0]["window"]
-    assert window == dict(rows=64 + 512, type_k=ring(ctk), type_v=ring(ctv)), kv   # 64 + n_ubatch rows
+    rows = default_window_rows(16384, 16384)
+    assert window == dict(rows=rows, type_k=window_type(ctk), type_v=window_type(ctv)) and rows == 576, kv
 
     def mib(t, side):
         per_head = TYPE_SIZE[t] if t in TYPE_SIZE else 2 * hd

@@ -17,6 +17,7 @@ import zipfile
 
 import pytest
 
+from _kv_helpers import default_window_rows
 from _toolkit import run_cli
 from turbo_llama.build import pywheel as W
 from turbo_llama.build.tools import BuildOptions
@@ -188,11 +189,10 @@ def side_mib(log: str) -> dict:
          for k in ("n_layer", "n_embd_head_k", "n_embd_k_gqa", "n_embd_v_gqa")}
     k = n["n_layer"] * 4 * (2 * n["n_embd_k_gqa"] + 2 * n["n_embd_head_k"])
     v = n["n_layer"] * 4 * n["n_embd_v_gqa"]
-    # and the recent window: its rows of each cache's layers, q8_0 (34 bytes per 32 values) for a turbo side; the
-    # default window is 64 + n_ubatch (512) rows, at most the cache's cells
+    # and the recent window: its rows of each cache's layers, q8_0 (34 bytes per 32 values) for a turbo side
     for c in parse_kv_cache(log)["caches"]:
         w = c["window"]
-        assert w == dict(rows=min(576, c["cells"]), type_k="q8_0", type_v="q8_0"), c
+        assert w == dict(rows=default_window_rows(N_CTX, c["cells"]), type_k="q8_0", type_v="q8_0"), c
         k += c["layers"] * w["rows"] * n["n_embd_k_gqa"] * 34 // 32
         v += c["layers"] * w["rows"] * n["n_embd_v_gqa"] * 34 // 32
     return {"k_mib": k / 2**20, "v_mib": v / 2**20, "kv_mib": (k + v) / 2**20}

@@ -92,3 +92,31 @@ def test_prompt_cache_carries_the_window(llama_tool, model_path, tmp_path):
     assert again == first, (first, again)
     _, log = completion(llama_tool, model_path, with_rows, 0)
     assert "session file has exact match for prompt" in log, log[-3000:]
+
+
+def kv_sizes(llama_tool, model_path, ctx: int, window: int | None) -> list[dict]:
+    """llama's cache lines (each with its window) for a turbo3 context of ctx tokens; window None: TURBO_WINDOW unset"""
+    from turbo_llama.eval.llama_tools import parse_kv_cache
+    env = {k: v for k, v in os.environ.items() if k != "TURBO_WINDOW"}
+    if window is not None:
+        env["TURBO_WINDOW"] = str(window)
+    cmd = [llama_tool("llama-completion"), "-m", model_path, "-p", PROMPT, "-n", "1", "-c", str(ctx), "-ctk", "turbo3",
+           "-ctv", "turbo3", "-fa", "on", "-no-cnv", "--no-warmup", "-t", "2", "-lv", "4", *OFFLOAD]
+    out = subprocess.run([str(c) for c in cmd], capture_output=True, text=True, timeout=300, env=env,
+                         stdin=subprocess.DEVNULL)
+    assert out.returncode == 0, out.stderr[-3000:]
+    return parse_kv_cache(out.stdout + out.stderr)["caches"]
+
+
+def test_a_small_context_keeps_at_most_half_of_it_in_the_window(llama_tool, model_path):
+    """Unset, the window holds at most half of a sequence's context (a 512-token slot: 256 rows in each of Gemma 3's
+    two caches, not all 512, which would cost more than a q8_0 cache); TURBO_WINDOW set is kept as asked; a 4096-token
+    context keeps the full 64 + 512. llama's size line counts exactly those rows."""
+    small, asked, none = (kv_sizes(llama_tool, model_path, 512, w) for w in (None, 64, 0))
+    assert [c["window"]["rows"] for c in small] == [256, 256], small
+    assert [c["window"]["rows"] for c in asked] == [512, 512], asked
+    assert all(c["window"] is None for c in none), none
+    for s, a, n in zip(small, asked, none):
+        row_mib = (a["mib"] - n["mib"]) / 512      # one window row over the cache's layers, both sides
+        assert row_mib > 0 and s["mib"] - n["mib"] == pytest.approx(256 * row_mib, abs=0.015), (s, a, n)
+    assert [c["window"]["rows"] for c in kv_sizes(llama_tool, model_path, 4096, None)] == [576, 576]

@@ -83,7 +83,7 @@ struct llama_kv_turbo {
     mutable std::vector<std::vector<int32_t>> ring_cell;
 
     // the window of the caches that a context creates (llama_turbo_window_scope): TURBO_WINDOW (default 64) + n_ubatch
-    // rows, at most kv_size; 0 for a cache without a turbo side
+    // rows (by default at most half of a sequence's context), at most kv_size; 0 for a cache without a turbo side
     static uint32_t window_rows(ggml_type type_k, ggml_type type_v, uint32_t kv_size);
 
     // host copies of the key offsets and gain factors set by set_k_off/set_qk_gain (per model layer; restored after

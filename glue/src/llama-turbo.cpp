@@ -684,13 +684,22 @@ void llama_turbo_attn_rows_set(ggml_tensor * fa, const ggml_tensor * k, const gg
 
 static thread_local uint32_t llama_turbo_window_scope_rows = 0;
 
-llama_turbo_window_scope::llama_turbo_window_scope(uint32_t n_ubatch) {
+llama_turbo_window_scope::llama_turbo_window_scope(uint32_t n_ubatch, uint32_t n_ctx_seq) {
     uint32_t window = 64; // measured: results/k-transforms.md, "The ring written by the cache's write"
-    if (const char * env = getenv("TURBO_WINDOW")) {
+    const char * env = getenv("TURBO_WINDOW");
+    if (env) {
         window = (uint32_t) std::max(0, atoi(env));
     }
     // a larger ubatch would grow the window's bytes with it: beyond 512 its first queries find fewer cells exact
-    llama_turbo_window_scope_rows = window > 0 ? window + std::min(n_ubatch, 512u) : 0;
+    uint32_t rows = window > 0 ? window + std::min(n_ubatch, 512u) : 0;
+    if (!env) {
+        // at most half of a sequence's context, in whole 32s: small slots (a server's 512 cells, say) would otherwise
+        // keep every cell a second time in q8_0 and cost more than a q8_0 cache; with half, a turbo/turbo cache and
+        // its window stay smaller than q8_0 at any size (turbo4: 4.125 + 8.5/2 < 8.5 bits per value). Per sequence,
+        // not per cache: a sliding-window cache (n_swa + n_ubatch cells) keeps its full window (docs/window.md)
+        rows = std::min(rows, n_ctx_seq / 2 / 32 * 32);
+    }
+    llama_turbo_window_scope_rows = rows;
 }
 
 llama_turbo_window_scope::~llama_turbo_window_scope() {

@@ -82,9 +82,10 @@ void llama_turbo_attn_rows_set(ggml_tensor * fa, const ggml_tensor * k, const gg
 
 // the recent window's rows per stream of the caches that a context creates (llama_kv_turbo::window_rows):
 // TURBO_WINDOW (default 64; 0: no window) + the context's n_ubatch (at most 512), so that every query of a ubatch
-// finds the window's cells before it exact. Set around the context's create_memory (thread-local); 0 outside.
+// finds the window's cells before it exact; by default (TURBO_WINDOW unset) at most half of a sequence's context
+// n_ctx_seq. Set around the context's create_memory (thread-local); 0 outside.
 struct llama_turbo_window_scope {
-    explicit llama_turbo_window_scope(uint32_t n_ubatch);
+    llama_turbo_window_scope(uint32_t n_ubatch, uint32_t n_ctx_seq);
     ~llama_turbo_window_scope();
     llama_turbo_window_scope(const llama_turbo_window_scope &) = delete;
     llama_turbo_window_scope & operator=(const llama_turbo_window_scope &) = delete;
