@@ -115,20 +115,20 @@ void llama_kv_turbo::add_layer(ggml_context * ctx, const llama_hparams & hparams
     const uint32_t n_rows = window_rows(type_k, type_v, kv_size);
     if (n_rows > 0 && !v_trans && (ggml_is_turbo(type_k) || ggml_is_turbo(type_v))) {
         GGML_ASSERT(n_ring == 0 || n_ring == n_rows);
+        const ggml_type type_kr = ggml_is_turbo(type_k) ? GGML_TYPE_Q8_0 : type_k;
+        const ggml_type type_vr = ggml_is_turbo(type_v) ? GGML_TYPE_Q8_0 : type_v;
         if (n_ring == 0) {   // once per cache (the line is the cache constructor's, as the lines around it)
             LLAMA_LOG_INFO("%s: turbo window: the last %u cells of each stream also kept as K %s, V %s rows "
-                           "(TURBO_WINDOW=0: none)\n", "llama_kv_cache", n_rows,
-                           ggml_type_name(ggml_is_turbo(type_k) ? GGML_TYPE_Q8_0 : type_k),
-                           ggml_type_name(ggml_is_turbo(type_v) ? GGML_TYPE_Q8_0 : type_v));
+                           "(TURBO_WINDOW=0: none)\n", "llama_kv_cache", n_rows, ggml_type_name(type_kr), ggml_type_name(type_vr));
         }
         n_ring = n_rows;
         ring_cell.assign(n_stream, std::vector<int32_t>(n_ring, -1));
         if (has_k) {
-            kr = ggml_new_tensor_3d(ctx, ggml_is_turbo(type_k) ? GGML_TYPE_Q8_0 : type_k, n_embd_k_gqa, n_ring, n_stream);
+            kr = ggml_new_tensor_3d(ctx, type_kr, n_embd_k_gqa, n_ring, n_stream);
             ggml_format_name(kr, "cache_%skr_l%d", name_tag, il);
         }
         if (has_v) {
-            vr = ggml_new_tensor_3d(ctx, ggml_is_turbo(type_v) ? GGML_TYPE_Q8_0 : type_v, n_embd_v_gqa, n_ring, n_stream);
+            vr = ggml_new_tensor_3d(ctx, type_vr, n_embd_v_gqa, n_ring, n_stream);
             ggml_format_name(vr, "cache_%svr_l%d", name_tag, il);
         }
     }
